@@ -1,0 +1,26 @@
+"""approxcv: approximate cross-validation for structured and latent-variable models.
+
+Fit a model once; approxcv estimates every cross-validation fold without refitting
+(infinitesimal jackknife or one Newton step), reports how far to trust each estimate,
+and runs exact CV to check. See ``DESIGN.md`` for the shared weighted-objective idea.
+"""
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+from . import datasets, engine, errors, folds, inference, models  # noqa: E402
+from .api import cross_validate  # noqa: E402
+from .results import CVResult, compare  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    if name == "plot":  # matplotlib only when asked for
+        import importlib
+        return importlib.import_module(".plot", __name__)
+    raise AttributeError(f"module 'approxcv' has no attribute {name!r}")
+
+
+__all__ = ["cross_validate", "CVResult", "compare", "folds", "models", "engine", "inference",
+           "datasets", "errors", "plot", "__version__"]

@@ -1,0 +1,18 @@
+"""Model-agnostic engine: derivatives of F(theta, w), IJ, Newton step, exact refits, diagnostics.
+
+Every function here works on a flat objective ``f(u, w)`` over an unconstrained parameter
+vector ``u`` (``D``) and unit weights ``w`` (``n``); see :class:`WeightedObjective`.
+"""
+from .derivatives import cross_jacobian, gradient, gradient_hessian_jacobian, hessian
+from .diagnostics import fit_diagnostics
+from .exact import exact_params
+from .ij import ij_params
+from .linalg import HessianFactor, factor_hessian, solve
+from .newton import newton_params
+from .objective import WeightedObjective, make_objective
+from .optimize import MinimizeResult, batched_minimize, minimize
+
+__all__ = ["cross_jacobian", "gradient", "hessian", "fit_diagnostics", "exact_params",
+           "ij_params", "HessianFactor", "factor_hessian", "solve", "newton_params",
+           "WeightedObjective", "make_objective", "MinimizeResult", "minimize",
+           "batched_minimize", "gradient_hessian_jacobian"]

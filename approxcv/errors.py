@@ -1,0 +1,66 @@
+"""Errors and warnings raised by approxcv.
+
+Every error is a subclass of both :class:`ApproxCVError` and the built-in
+``ValueError`` or ``TypeError`` it refines, so ``except ValueError`` keeps working.
+Messages name the offending argument.
+"""
+
+
+class ApproxCVError(Exception):
+    """Base class of every approxcv error."""
+
+
+class InvalidArgumentError(ApproxCVError, ValueError):
+    """An argument has a value outside its allowed set or range."""
+
+
+class ArgumentTypeError(ApproxCVError, TypeError):
+    """An argument has the wrong type."""
+
+
+class InvalidDataError(ApproxCVError, ValueError):
+    """Data have the wrong shape, dtype or contain NaN/inf or out-of-range values."""
+
+
+class InvalidFoldsError(ApproxCVError, ValueError):
+    """Base class for malformed cross-validation folds."""
+
+
+class EmptyFoldError(InvalidFoldsError):
+    """A fold leaves nothing out."""
+
+
+class FoldIndexError(InvalidFoldsError):
+    """A fold contains an index outside ``[0, n)`` or a non-integer index."""
+
+
+class DuplicateIndexError(InvalidFoldsError):
+    """A fold lists the same index twice."""
+
+
+class FoldRemovesAllError(InvalidFoldsError):
+    """A fold leaves out every unit, so there is nothing to train on."""
+
+
+class NotPositiveDefiniteError(ApproxCVError, ValueError):
+    """A Hessian could not be made positive definite by the allowed jitter."""
+
+
+class FitError(ApproxCVError, ValueError):
+    """A fit failed (non-finite objective or no initialisation converged)."""
+
+
+class ApproxCVWarning(UserWarning):
+    """Base class of approxcv warnings."""
+
+
+class InexactFitWarning(ApproxCVWarning):
+    """The supplied parameters are not a stationary point (large gradient norm)."""
+
+
+class ConvergenceWarning(ApproxCVWarning):
+    """An optimiser stopped before its convergence criterion was met."""
+
+
+class JitterWarning(ApproxCVWarning):
+    """A Hessian was not positive definite and jitter was added to it."""

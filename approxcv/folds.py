@@ -1,0 +1,184 @@
+"""Cross-validation fold schemes.
+
+A fold is the set ``o`` of unit indices left out; its weight vector ``w_o`` has zeros on
+``o`` and ones elsewhere. :class:`Folds` stores the index sets and builds the stacked
+``(n_folds, n)`` 0/1 weight matrix that the engine ``vmap``s over, the way
+scikit-learn's splitters build test masks.
+
+Example
+-------
+>>> import approxcv as acv
+>>> folds = acv.folds.contiguous(100, 0.1, n_folds=3, seed=0)
+>>> len(folds), folds[0].shape, folds.weights().shape
+(3, (10,), (3, 100))
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ._validate import check_positive_int
+from .errors import (ArgumentTypeError, DuplicateIndexError, EmptyFoldError, FoldIndexError,
+                     FoldRemovesAllError, InvalidArgumentError)
+
+__all__ = ["Folds", "iid", "contiguous", "leave_future_out", "leave_one_out", "kfold",
+           "as_folds"]
+
+
+class Folds(Sequence):
+    """Validated left-out index sets over ``n`` units.
+
+    Parameters
+    ----------
+    indices : sequence of integer arrays
+        ``indices[i]`` are the units left out by fold ``i``.
+    n : int
+        Number of units (time steps, sites or sequences).
+    ids : array of int, optional
+        Identifiers of the folds (default ``0..n_folds-1``); kept by :meth:`subset` so that
+        results on a subset of folds can be matched with results on all of them.
+    """
+
+    def __init__(self, indices, n: int, ids=None):
+        n = check_positive_int("n", n)
+        if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence | np.ndarray):
+            raise ArgumentTypeError(
+                f"`folds` must be a sequence of integer index arrays, got {type(indices).__name__}")
+        checked = [_check_fold(i, idx, n) for i, idx in enumerate(indices)]
+        if not checked:
+            raise EmptyFoldError("`folds` is empty: at least one fold is needed")
+        self._indices = checked
+        self.n = n
+        self.ids = np.arange(len(checked)) if ids is None else np.asarray(ids, dtype=int)
+        if self.ids.shape != (len(checked),):
+            raise InvalidArgumentError("`ids` must have one entry per fold")
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.subset(np.arange(len(self))[i])
+        return self._indices[i]
+
+    def __repr__(self) -> str:
+        sizes = [len(f) for f in self._indices]
+        return (f"Folds(n_folds={len(self)}, n={self.n}, "
+                f"fold sizes {min(sizes)}..{max(sizes)})")
+
+    def weights(self) -> np.ndarray:
+        """Return the ``(n_folds, n)`` float array with 0 on left-out units and 1 elsewhere."""
+        w = np.ones((len(self), self.n))
+        for i, idx in enumerate(self._indices):
+            w[i, idx] = 0.0
+        return w
+
+    def subset(self, which) -> "Folds":
+        """Return the folds at positions ``which``, keeping their original ``ids``."""
+        which = np.atleast_1d(np.asarray(which, dtype=int))
+        if which.size and (which.min() < -len(self) or which.max() >= len(self)):
+            raise InvalidArgumentError(f"`which` must index folds 0..{len(self) - 1}")
+        return Folds([self._indices[i] for i in which], self.n, ids=self.ids[which])
+
+
+def _check_fold(i: int, idx, n: int) -> np.ndarray:
+    arr = np.asarray(idx)
+    if arr.ndim != 1:
+        arr = arr.reshape(-1)
+    if arr.size == 0:
+        raise EmptyFoldError(f"fold {i} of `folds` is empty: it must leave out at least one unit")
+    if arr.dtype.kind == "b":
+        raise FoldIndexError(f"fold {i} of `folds` is boolean; pass integer indices")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise FoldIndexError(f"fold {i} of `folds` contains non-integer indices")
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise FoldIndexError(f"fold {i} of `folds` must contain integers, got dtype {arr.dtype}")
+    if arr.min() < 0 or arr.max() >= n:
+        raise FoldIndexError(
+            f"fold {i} of `folds` has index {int(arr.min() if arr.min() < 0 else arr.max())} "
+            f"outside [0, {n})")
+    uniq = np.unique(arr)
+    if uniq.size != arr.size:
+        raise DuplicateIndexError(f"fold {i} of `folds` lists an index more than once")
+    if uniq.size == n:
+        raise FoldRemovesAllError(
+            f"fold {i} of `folds` leaves out all {n} units; nothing would remain to train on")
+    return np.sort(arr.astype(np.int64))
+
+
+def as_folds(folds, n: int) -> Folds:
+    """Return ``folds`` as validated :class:`Folds` over ``n`` units.
+
+    Accepts a :class:`Folds` (its ``n`` must match) or any sequence of integer arrays.
+    """
+    if isinstance(folds, Folds):
+        if folds.n != n:
+            raise InvalidArgumentError(
+                f"`folds` were built for n={folds.n} units but the data have {n}")
+        return folds
+    return Folds(folds, n)
+
+
+def _fold_size(n: int, frac: float) -> int:
+    if not np.isscalar(frac) or not 0.0 < float(frac) < 1.0:
+        raise InvalidArgumentError(f"`frac` must be in (0, 1), got {frac!r}")
+    size = int(np.floor(frac * n))
+    if size < 1:
+        raise InvalidArgumentError(
+            f"`frac`={frac} of n={n} units leaves out fewer than one unit per fold")
+    return size
+
+
+def iid(n: int, frac: float, n_folds: int, seed: int = 0) -> Folds:
+    """Folds of ``floor(frac * n)`` units drawn uniformly without replacement, independently per fold."""
+    n = check_positive_int("n", n, 2)
+    n_folds = check_positive_int("n_folds", n_folds)
+    size = _fold_size(n, frac)
+    rng = np.random.default_rng(seed)
+    return Folds([rng.choice(n, size, replace=False) for _ in range(n_folds)], n)
+
+
+def contiguous(n: int, frac: float, n_folds: int, seed: int = 0) -> Folds:
+    """Contiguous blocks: draw an end index ``e`` uniformly from ``{L, ..., n}`` and leave
+    out the block ``{e - L, ..., e - 1}`` of length ``L = floor(frac * n)`` before it
+    (the rule of Ghosh et al., 2020, "Approximate CV for structured models")."""
+    n = check_positive_int("n", n, 2)
+    n_folds = check_positive_int("n_folds", n_folds)
+    size = _fold_size(n, frac)
+    ends = np.random.default_rng(seed).integers(size, n + 1, size=n_folds)
+    return Folds([np.arange(e - size, e) for e in ends], n)
+
+
+def leave_future_out(n: int, starts) -> Folds:
+    """Fold ``i`` leaves out the future ``{starts[i], ..., n - 1}``; each start must be in ``[1, n)``."""
+    n = check_positive_int("n", n, 2)
+    starts = np.atleast_1d(np.asarray(starts))
+    if starts.size == 0:
+        raise EmptyFoldError("`starts` is empty: give at least one start index")
+    if starts.dtype.kind not in "iu":
+        raise FoldIndexError(f"`starts` must be integers, got dtype {starts.dtype}")
+    if starts.min() < 1 or starts.max() >= n:
+        bad = int(starts.min() if starts.min() < 1 else starts.max())
+        if bad == 0:
+            raise FoldRemovesAllError("`starts` contains 0, which leaves out every unit")
+        raise FoldIndexError(f"`starts` has value {bad} outside [1, {n})")
+    return Folds([np.arange(s, n) for s in starts], n)
+
+
+def leave_one_out(n: int) -> Folds:
+    """``n`` folds, fold ``i`` leaving out unit ``i``."""
+    n = check_positive_int("n", n, 2)
+    return Folds([np.array([i]) for i in range(n)], n)
+
+
+def kfold(n: int, k: int, seed: int = 0) -> Folds:
+    """Partition a random permutation of ``0..n-1`` into ``k`` folds of near-equal size."""
+    n = check_positive_int("n", n, 2)
+    k = check_positive_int("k", k, 2)
+    if k > n:
+        raise InvalidArgumentError(f"`k`={k} exceeds the number of units n={n}")
+    perm = np.random.default_rng(seed).permutation(n)
+    return Folds(np.array_split(perm, k), n)

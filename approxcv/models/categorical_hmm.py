@@ -1,0 +1,67 @@
+"""Hidden Markov model with categorical emissions.
+
+``x_t | z_t = k ~ Categorical(B_k)`` with ``B_k ~ Dirichlet(emission_concentration)``;
+unconstrained by ``V - 1`` logits per state.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._validate import check_positive_int
+from ..errors import InvalidDataError
+from ._transforms import dirichlet_log_prior, logits_to_log_simplex, simplex_to_logits
+from .hmm import HMM, check_array
+
+
+class CategoricalHMMParams(NamedTuple):
+    """initial_probs (K,), transition_matrix (K, K), emission_probs (K, V)."""
+    initial_probs: jax.Array
+    transition_matrix: jax.Array
+    emission_probs: jax.Array
+
+
+class CategoricalHMM(HMM):
+    """Categorical HMM. Data: ``(T,)`` integers in ``[0, n_symbols)``, or a list of them."""
+    params_type = CategoricalHMMParams
+
+    def __init__(self, n_states: int, n_symbols: int, *, emission_concentration: float = 1.1,
+                 **kwargs):
+        super().__init__(n_states, **kwargs)
+        self.n_symbols = check_positive_int("n_symbols", n_symbols, 2)
+        self.emission_concentration = float(emission_concentration)
+
+    def __repr__(self):
+        return f"CategoricalHMM(n_states={self.n_states}, n_symbols={self.n_symbols})"
+
+    def _validate_sequence(self, x, name):
+        arr = check_array(x, name, 1, "i")
+        if arr.dtype.kind == "f" and np.any(arr != np.round(arr)):
+            raise InvalidDataError(f"`{name}` must hold integer symbols")
+        if np.any(arr < 0) or np.any(arr >= self.n_symbols):
+            raise InvalidDataError(
+                f"`{name}` holds symbols outside [0, {self.n_symbols}): "
+                f"min {arr.min()}, max {arr.max()}")
+        return arr.astype(np.int32)
+
+    def _emission_log_lik(self, params, x):
+        """``log B[k, x_t]``, shape ``(T, K)``."""
+        return jnp.log(params.emission_probs)[:, x].T
+
+    def _emission_log_prior(self, params):
+        return dirichlet_log_prior(jnp.log(params.emission_probs), self.emission_concentration)
+
+    def _constrain_emissions(self, u):
+        return (jnp.exp(logits_to_log_simplex(u[0])),)
+
+    def _unconstrain_emissions(self, emissions):
+        return (simplex_to_logits(emissions[0]),)
+
+    def _initial_emissions(self, x, rng, i):
+        """Empirical symbol frequencies perturbed by Dirichlet noise, one row per state."""
+        freq = np.bincount(x.astype(int), minlength=self.n_symbols) + 1.0
+        freq = freq / freq.sum()
+        return (rng.dirichlet(50.0 * freq * self.n_symbols, size=self.n_states),)

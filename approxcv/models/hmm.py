@@ -1,0 +1,262 @@
+"""Shared machinery of hidden Markov models: weighted objective, held-out losses, fitting.
+
+A concrete HMM supplies only its emission model: ``_emission_log_lik(params, x) -> (T, K)``,
+``_emission_log_prior(params)``, the transforms of its emission parameters, data validation
+and initialisations. Everything else — scheme A/B weighting, structure-level weights,
+held-out losses in the full model, multi-start fitting — lives here once.
+
+Data: one sequence (``level="within"``: the units are its time steps) or a list of
+sequences of possibly different lengths (``level="structure"``: the units are sequences).
+Sequences are padded to a common length; padded steps have emission log-likelihood 0 and,
+the transition matrix being stochastic, contribute exactly nothing to ``log Z``.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._validate import check_positive_int
+from ..engine.objective import make_objective
+from ..engine.optimize import batched_minimize
+from ..errors import ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError
+from ..inference import chain
+from ._transforms import dirichlet_log_prior, logits_to_log_simplex, simplex_to_logits
+
+LEVELS = ("within", "structure")
+
+
+class Sequences(NamedTuple):
+    """Prepared sequence data: ``x`` padded to ``(S, T_max, ...)`` and ``mask (S, T_max)``."""
+    x: jax.Array
+    mask: jax.Array
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.x.shape[0])
+
+
+class HMM:
+    """Base class of HMMs with a weighted-objective interface (see module docstring).
+
+    Subclasses set ``params_type`` (a NamedTuple whose first two fields are
+    ``initial_probs (K,)`` and ``transition_matrix (K, K)``) and implement the emission
+    hooks listed in the module docstring.
+    """
+
+    def __init__(self, n_states: int, *, initial_concentration: float = 1.1,
+                 transition_concentration: float = 1.1, n_init: int = 4, seed: int = 0,
+                 max_steps: int = 2000):
+        self.n_states = check_positive_int("n_states", n_states, 1)
+        self.initial_concentration = float(initial_concentration)
+        self.transition_concentration = float(transition_concentration)
+        self.n_init = check_positive_int("n_init", n_init)
+        self.seed = seed
+        self.max_steps = check_positive_int("max_steps", max_steps)
+        self.fit_result_: dict | None = None
+
+    # ----------------------------------------------------------------- data
+    def prepare(self, data, level: str | None = None):
+        """Validate ``data`` and return ``(Sequences, level, num_units)``.
+
+        A single array is one sequence (default level ``"within"``); a list/tuple of arrays
+        is a set of sequences (level ``"structure"``).
+        """
+        if isinstance(data, Sequences):
+            lvl = level or ("within" if data.num_sequences == 1 else "structure")
+            n = int(data.x.shape[1]) if lvl == "within" else data.num_sequences
+            return data, lvl, n
+        is_list = isinstance(data, (list, tuple))
+        if level is None:
+            level = "structure" if is_list else "within"
+        if level not in LEVELS:
+            raise InvalidArgumentError(f"`level` must be one of {LEVELS}, got {level!r}")
+        if level == "within":
+            if is_list:
+                raise InvalidArgumentError(
+                    "`data` is a list of sequences; level='within' needs one sequence "
+                    "(pass data[i], or use level='structure' to leave out whole sequences)")
+            seqs = [self._validate_sequence(data, "data")]
+        else:
+            if not is_list:
+                raise InvalidArgumentError(
+                    "level='structure' needs `data` as a list of sequences")
+            if len(data) < 2:
+                raise InvalidArgumentError(
+                    f"level='structure' needs at least 2 sequences in `data`, got {len(data)}")
+            seqs = [self._validate_sequence(s, f"data[{i}]") for i, s in enumerate(data)]
+        t_max = max(len(s) for s in seqs)
+        x = np.zeros((len(seqs), t_max) + seqs[0].shape[1:], dtype=seqs[0].dtype)
+        mask = np.zeros((len(seqs), t_max))
+        for i, s in enumerate(seqs):
+            x[i, :len(s)] = s
+            mask[i, :len(s)] = 1.0
+        n = len(seqs[0]) if level == "within" else len(seqs)
+        return Sequences(jnp.asarray(x), jnp.asarray(mask)), level, n
+
+    def _validate_sequence(self, x, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    # ----------------------------------------------------------- parameters
+    def constrain(self, u):
+        """Map an unconstrained parameter tree to model parameters."""
+        return self.params_type(
+            jnp.exp(logits_to_log_simplex(u[0])), jnp.exp(logits_to_log_simplex(u[1])),
+            *self._constrain_emissions(u[2:]))
+
+    def unconstrain(self, params):
+        """Map model parameters to the unconstrained tree used for H and J."""
+        params = self.params_type(*[jnp.asarray(p, dtype=jnp.float64) for p in params])
+        return self.params_type(simplex_to_logits(params[0]), simplex_to_logits(params[1]),
+                                *self._unconstrain_emissions(params[2:]))
+
+    def log_prior(self, params):
+        """Dirichlet priors on the initial distribution and transition rows + emission prior."""
+        return (dirichlet_log_prior(jnp.log(params[0]), self.initial_concentration)
+                + dirichlet_log_prior(jnp.log(params[1]), self.transition_concentration)
+                + self._emission_log_prior(params))
+
+    def log_potentials(self, params, x, mask):
+        """``(log_init (K,), log_trans (K, K), log_lik (T, K))`` of one padded sequence."""
+        log_lik = self._emission_log_lik(params, x) * mask[:, None]
+        return jnp.log(params[0]), jnp.log(params[1]), log_lik
+
+    # ------------------------------------------------------ objective & loss
+    def objective(self, params, data, weights, scheme: str = "A", level: str | None = None):
+        """Weighted negative log joint ``F(theta, w) = -log Z_scheme(w) - log p(theta)``.
+
+        ``level="within"``: ``w`` has one entry per time step and ``Z`` is the weighted
+        marginal likelihood of :func:`approxcv.inference.chain.weighted_log_marginal`.
+        ``level="structure"``: ``w`` has one entry per sequence and
+        ``F = -sum_i w_i log p(x_i) - log p(theta)`` (``scheme`` is ignored).
+        """
+        seqs, level, n = self.prepare(data, level)
+        weights = self._check_weights(weights, n)
+        if level == "within":
+            pots = self.log_potentials(params, seqs.x[0], seqs.mask[0])
+            ll = chain.weighted_log_marginal(*pots, weights, scheme)
+        else:
+            ll = jnp.dot(weights, self.sequence_log_likelihoods(params, seqs))
+        return -ll - self.log_prior(params)
+
+    def sequence_log_likelihoods(self, params, seqs: Sequences):
+        """``(S,)`` marginal log-likelihoods ``log p(x_i; theta)`` of every sequence."""
+        def one(x, mask):
+            return chain.log_normalizer(*self.log_potentials(params, x, mask))
+        return jax.vmap(one)(seqs.x, seqs.mask)
+
+    def heldout(self, params, data, weights, level: str | None = None):
+        """Fixed-shape held-out losses: ``(fold_loss, point_losses (n,))``.
+
+        Within: ``-log p(x_o | x_kept)`` and ``-log p(x_t | x_kept)`` (zero where kept),
+        in the full model. Structure: ``-log p(x_i)`` for every left-out sequence.
+        """
+        seqs, level, n = self.prepare(data, level)
+        weights = self._check_weights(weights, n)
+        if level == "within":
+            return chain.heldout_losses(*self.log_potentials(params, seqs.x[0], seqs.mask[0]),
+                                        weights)
+        losses = jnp.where(weights > 0, 0.0, -self.sequence_log_likelihoods(params, seqs))
+        return jnp.sum(losses), losses
+
+    def heldout_loss(self, params, data, weights, level: str | None = None):
+        """Per-unit held-out losses of the units with weight 0, shape ``(|o|,)``."""
+        _, points = self.heldout(params, data, weights, level)
+        return np.asarray(points)[np.asarray(weights) == 0]
+
+    @staticmethod
+    def _check_weights(weights, n):
+        weights = jnp.asarray(weights, dtype=jnp.float64)
+        if weights.shape != (n,):
+            raise InvalidArgumentError(
+                f"`weights` must have shape ({n},) (one per unit), got {weights.shape}")
+        return weights
+
+    # ------------------------------------------------------------------ fit
+    def initial_params(self, seqs: Sequences, n_init: int, seed: int) -> list:
+        """``n_init`` starting parameter sets: sticky transitions and data-based emissions."""
+        rng = np.random.default_rng(seed)
+        x = np.asarray(seqs.x)[np.asarray(seqs.mask) > 0]
+        k = self.n_states
+        inits = []
+        for i in range(n_init):
+            trans = np.full((k, k), 0.1 / max(k - 1, 1)) if k > 1 else np.ones((1, 1))
+            np.fill_diagonal(trans, 0.9 if k > 1 else 1.0)
+            inits.append(self.params_type(np.full(k, 1.0 / k), trans,
+                                          *self._initial_emissions(x, rng, i)))
+        return inits
+
+    def fit(self, data, level: str | None = None):
+        """MAP fit on all data: BFGS + Newton polish from ``n_init`` starts, best kept.
+
+        Starts are refined together with one ``vmap``. The run is recorded in
+        ``self.fit_result_`` (objective, gradient norm and convergence of every start).
+
+        Raises:
+            FitError: no start reached a finite objective.
+        """
+        seqs, level, n = self.prepare(data, level)
+        starts = self.initial_params(seqs, self.n_init, self.seed)
+        scale = float(seqs.mask.sum())
+        obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
+        u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
+        solve = batched_minimize(obj.fun, scale, self.max_steps, 2)
+        res = solve(u0s, jnp.ones((len(starts), n)), seqs)
+        values = np.where(np.isfinite(res.value), np.asarray(res.value), np.inf)
+        converged = np.asarray(res.converged)
+        if not np.isfinite(values).any():
+            raise FitError(f"{type(self).__name__}.fit: every start gave a non-finite objective")
+        pool = np.flatnonzero(converged & np.isfinite(values))
+        if pool.size == 0:
+            pool = np.flatnonzero(np.isfinite(values))
+            warnings.warn(f"{type(self).__name__}.fit: no start converged in {self.max_steps} "
+                          f"BFGS steps; returning the best (gradient norm "
+                          f"{float(np.min(np.asarray(res.grad_norm)[pool])):.3g})",
+                          ConvergenceWarning, stacklevel=2)
+        best = int(pool[np.argmin(values[pool])])
+        self.fit_result_ = {"objective": values, "converged": converged,
+                            "grad_norm": np.asarray(res.grad_norm),
+                            "num_steps": np.asarray(res.num_steps), "best": best}
+        params = obj.unravel(res.u[best])
+        return self.params_type(*[np.asarray(p) for p in params])
+
+    # -------------------------------------------------------- to implement
+    params_type: type = None
+
+    def _emission_log_lik(self, params, x):
+        raise NotImplementedError
+
+    def _emission_log_prior(self, params):
+        raise NotImplementedError
+
+    def _constrain_emissions(self, u_emissions):
+        raise NotImplementedError
+
+    def _unconstrain_emissions(self, emissions):
+        raise NotImplementedError
+
+    def _initial_emissions(self, x, rng, i):
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n_states={self.n_states})"
+
+
+def check_array(x, name: str, ndim: int, dtype_kind: str = "f") -> np.ndarray:
+    """Validate an array's rank, emptiness and finiteness; return it as float or int."""
+    from .._validate import check_finite
+    from ..errors import InvalidDataError
+    if isinstance(x, (str, bytes)) or x is None:
+        raise ArgumentTypeError(f"`{name}` must be an array, got {type(x).__name__}")
+    arr = np.asarray(x)
+    if arr.dtype == object:
+        raise ArgumentTypeError(f"`{name}` must be a numeric array")
+    if arr.ndim != ndim:
+        raise InvalidDataError(f"`{name}` must have {ndim} dimension(s), got shape {arr.shape}")
+    if arr.shape[0] < 2:
+        raise InvalidDataError(f"`{name}` needs at least 2 time steps, got {arr.shape[0]}")
+    arr = check_finite(name, arr)
+    return arr.astype(np.float64) if dtype_kind == "f" else arr

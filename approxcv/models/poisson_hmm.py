@@ -1,0 +1,80 @@
+"""Hidden Markov model with Poisson emissions.
+
+``x_t | z_t = k ~ Poisson(lambda_k)``; priors ``lambda_k ~ Gamma(a, b)``, Dirichlet on the
+initial distribution and on each transition row. Unconstrained: ``log lambda`` and logits.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln
+
+from ..errors import InvalidDataError
+from ._transforms import gamma_log_prior
+from .hmm import HMM, check_array
+
+
+class PoissonHMMParams(NamedTuple):
+    """initial_probs (K,), transition_matrix (K, K), rates (K,)."""
+    initial_probs: jax.Array
+    transition_matrix: jax.Array
+    rates: jax.Array
+
+
+class PoissonHMM(HMM):
+    """Poisson HMM. Data: ``(T,)`` non-negative integer counts, or a list of them.
+
+    Args:
+        n_states: number of hidden states ``K``.
+        rate_shape, rate_rate: Gamma prior on each rate (default 1.1, 1e-3: weak for
+            counts of order 1-1000).
+        **kwargs: see :class:`~approxcv.models.hmm.HMM` (priors on the chain, ``n_init``,
+            ``seed``, ``max_steps``).
+
+    Example:
+        >>> import approxcv as acv
+        >>> x = acv.datasets.load_calls(500)
+        >>> model = acv.models.PoissonHMM(2)
+        >>> params = model.fit(x)
+        >>> folds = acv.folds.iid(len(x), 0.1, n_folds=20)
+        >>> res = acv.cross_validate(model, x, folds, method="ij", params=params)
+    """
+    params_type = PoissonHMMParams
+
+    def __init__(self, n_states: int, *, rate_shape: float = 1.1, rate_rate: float = 1e-3,
+                 **kwargs):
+        super().__init__(n_states, **kwargs)
+        self.rate_shape, self.rate_rate = float(rate_shape), float(rate_rate)
+
+    def _validate_sequence(self, x, name):
+        arr = check_array(x, name, 1, "i")
+        if arr.dtype.kind == "f" and np.any(arr != np.round(arr)):
+            raise InvalidDataError(f"`{name}` must hold integer counts")
+        if np.any(arr < 0):
+            raise InvalidDataError(f"`{name}` must hold non-negative counts, min is {arr.min()}")
+        return arr.astype(np.float64)
+
+    def _emission_log_lik(self, params, x):
+        """``log p(x_t | z_t = k) = x_t log lambda_k - lambda_k - log x_t!``, shape ``(T, K)``."""
+        rates = params.rates
+        return x[:, None] * jnp.log(rates)[None] - rates[None] - gammaln(x + 1.0)[:, None]
+
+    def _emission_log_prior(self, params):
+        return gamma_log_prior(jnp.log(params.rates), self.rate_shape, self.rate_rate)
+
+    def _constrain_emissions(self, u):
+        return (jnp.exp(u[0]),)
+
+    def _unconstrain_emissions(self, emissions):
+        return (jnp.log(emissions[0]),)
+
+    def _initial_emissions(self, x, rng, i):
+        """Rates at jittered quantiles of the counts (plain quantiles for the first start)."""
+        k = self.n_states
+        qs = (np.arange(k) + 0.5) / k
+        if i > 0:
+            qs = np.sort(np.clip(qs + rng.uniform(-0.5, 0.5, k) / k, 0.01, 0.99))
+        return (np.maximum(np.quantile(x, qs), 0.1) * (1.0 + 1e-3 * np.arange(k)),)
