@@ -25,6 +25,12 @@ def _block(tree):
         x, "block_until_ready") else x, tree)
 
 
+def _objective_scale(model, prepared, num_units) -> float:
+    """Normaliser of F for optimiser tolerances: ``model.objective_scale(data)`` or ``n``."""
+    scale_fn = getattr(model, "objective_scale", None)
+    return float(scale_fn(prepared)) if callable(scale_fn) else float(num_units)
+
+
 def _heldout_batch_size(num_units: int, num_folds: int) -> int:
     """Folds evaluated per vectorised batch: about 2e6 time steps at once."""
     return int(max(1, min(num_folds, 2_000_000 // max(num_units, 1))))
@@ -100,7 +106,7 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
     stages = {}
 
     obj = engine.make_objective(model, prepared, params, scheme, level, num_units,
-                                scale=float(prepared.mask.sum()))
+                                scale=_objective_scale(model, prepared, num_units))
     if not np.all(np.isfinite(np.asarray(obj.u_full))):
         raise InvalidDataError("`params` lie on the boundary of their domain (a probability "
                                "or rate of 0); the unconstrained parameters are infinite")

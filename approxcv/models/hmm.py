@@ -100,6 +100,11 @@ class HMM:
     def _validate_sequence(self, x, name: str) -> np.ndarray:
         raise NotImplementedError
 
+    @staticmethod
+    def objective_scale(seqs: Sequences) -> float:
+        """Number of observed time steps (normalises optimiser tolerances)."""
+        return float(seqs.mask.sum())
+
     # ----------------------------------------------------------- parameters
     def constrain(self, u):
         """Map an unconstrained parameter tree to model parameters."""
@@ -200,7 +205,7 @@ class HMM:
         """
         seqs, level, n = self.prepare(data, level)
         starts = self.initial_params(seqs, self.n_init, self.seed)
-        scale = float(seqs.mask.sum())
+        scale = self.objective_scale(seqs)
         obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
         u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
         solve = batched_minimize(obj.fun, scale, self.max_steps, 2)
