@@ -1,0 +1,34 @@
+import numpy as np
+import pytest
+
+import approxcv as acv
+
+
+def simulate_poisson_hmm(T, rates=(2.0, 9.0), stay=0.9, seed=0):
+    """Counts from a 2-state sticky Poisson HMM."""
+    rng = np.random.default_rng(seed)
+    z = np.zeros(T, dtype=int)
+    for t in range(1, T):
+        z[t] = z[t - 1] if rng.random() < stay else 1 - z[t - 1]
+    return rng.poisson(np.asarray(rates)[z]).astype(float)
+
+
+def simulate_gaussian_hmm(T, R=2, seed=0, ar=0.0):
+    rng = np.random.default_rng(seed)
+    z = np.zeros(T, dtype=int)
+    for t in range(1, T):
+        z[t] = z[t - 1] if rng.random() < 0.92 else 1 - z[t - 1]
+    means = np.array([[-1.0] * R, [1.5] * R])
+    x = np.zeros((T, R))
+    for t in range(T):
+        prev = x[t - 1] if t > 0 else 0.0
+        x[t] = means[z[t]] + ar * prev + 0.6 * rng.normal(size=R)
+    return x
+
+
+@pytest.fixture(scope="session")
+def poisson_small():
+    """A fitted 2-state Poisson HMM on 120 simulated counts."""
+    x = simulate_poisson_hmm(120, seed=1)
+    model = acv.models.PoissonHMM(2, n_init=2)
+    return model, x, model.fit(x)

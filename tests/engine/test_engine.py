@@ -1,0 +1,183 @@
+"""Engine on objectives whose answers are known in closed form."""
+import concurrent.futures as cf
+import multiprocessing
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from approxcv import engine
+from approxcv.errors import InvalidArgumentError, JitterWarning, NotPositiveDefiniteError
+
+
+def linear_in_w_quadratic(u, w, data):
+    """F = 1/2 u'Qu - sum_i w_i b_i'u: theta(w) = Q^{-1} B'w is linear in w, so IJ is exact."""
+    Q, B = data
+    return 0.5 * u @ Q @ u - jnp.dot(w, B @ u)
+
+
+def weighted_quadratic(u, w, data):
+    """F = sum_i w_i/2 (u - a_i)'Q_i(u - a_i) + 1/2 u'Pu: quadratic in u, so NS is exact."""
+    Qs, A, P = data
+    r = u[None, :] - A
+    return 0.5 * jnp.sum(w * jnp.einsum("id,ide,ie->i", r, Qs, r)) + 0.5 * u @ P @ u
+
+
+def spd(rng, d, shift=1.0):
+    m = rng.normal(size=(d, d))
+    return m @ m.T + shift * np.eye(d)
+
+
+def exact_minimiser_weighted_quadratic(w, Qs, A, P):
+    H = np.einsum("i,ide->de", w, Qs) + P
+    return np.linalg.solve(H, np.einsum("i,ide,ie->d", w, Qs, A))
+
+
+def random_folds(rng, n, n_folds):
+    W = np.ones((n_folds, n))
+    for f in range(n_folds):
+        W[f, rng.choice(n, rng.integers(1, n), replace=False)] = 0.0
+    return W
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), d=st.integers(1, 4), n=st.integers(3, 8))
+def test_ij_is_exact_for_objective_linear_in_w(seed, d, n):
+    rng = np.random.default_rng(seed)
+    Q, B = spd(rng, d), rng.normal(size=(n, d))
+    data = (jnp.asarray(Q), jnp.asarray(B))
+    u1 = np.linalg.solve(Q, B.sum(0))
+    g, H, J = engine.gradient_hessian_jacobian(linear_in_w_quadratic, jnp.asarray(u1),
+                                               jnp.ones(n), data, True)
+    W = random_folds(rng, n, 4)
+    U = engine.ij_params(engine.factor_hessian(H), J, jnp.asarray(u1), jnp.asarray(W))
+    expected = np.linalg.solve(Q, B.T @ W.T).T
+    np.testing.assert_allclose(np.asarray(U), expected, rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), d=st.integers(1, 4), n=st.integers(3, 8))
+def test_newton_step_is_exact_for_quadratic_objective(seed, d, n):
+    rng = np.random.default_rng(seed)
+    Qs = np.stack([spd(rng, d, 0.1) for _ in range(n)])
+    A, P = rng.normal(size=(n, d)), 0.1 * np.eye(d)
+    data = tuple(map(jnp.asarray, (Qs, A, P)))
+    u1 = exact_minimiser_weighted_quadratic(np.ones(n), Qs, A, P)
+    W = random_folds(rng, n, 3)
+    U, min_eig, jitter = engine.newton_params(weighted_quadratic, jnp.asarray(u1),
+                                              jnp.asarray(W), data, 2)
+    expected = np.stack([exact_minimiser_weighted_quadratic(w, Qs, A, P) for w in W])
+    np.testing.assert_allclose(np.asarray(U), expected, rtol=1e-8, atol=1e-9)
+    assert np.all(np.asarray(jitter) == 0.0)
+
+
+def test_exact_refits_match_closed_form_and_w1_reproduces_fit():
+    rng = np.random.default_rng(0)
+    n, d = 6, 3
+    Qs = np.stack([spd(rng, d, 0.1) for _ in range(n)])
+    A, P = rng.normal(size=(n, d)), 0.1 * np.eye(d)
+    data = tuple(map(jnp.asarray, (Qs, A, P)))
+    u1 = exact_minimiser_weighted_quadratic(np.ones(n), Qs, A, P)
+    W = np.vstack([np.ones(n), random_folds(rng, n, 3)])
+    out = engine.exact_params(weighted_quadratic, u1, W, data=data, progress=False)
+    expected = np.stack([exact_minimiser_weighted_quadratic(w, Qs, A, P) for w in W])
+    np.testing.assert_allclose(out["u"], expected, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(out["u"][0], u1, atol=1e-10)   # w = 1 reproduces the fit
+    assert out["converged"].all()
+
+
+def test_derivatives_match_finite_differences():
+    rng = np.random.default_rng(1)
+    n, d = 5, 3
+    C = rng.normal(size=(n, d))
+
+    def fun(u, w, data):
+        return jnp.sum(w * jnp.log1p(jnp.exp(data @ u))) + 0.5 * jnp.sum(u ** 2) * jnp.sum(w ** 2)
+
+    u, w = rng.normal(size=d), rng.uniform(0.5, 1.5, n)
+    g, H, J = engine.gradient_hessian_jacobian(fun, jnp.asarray(u), jnp.asarray(w),
+                                               jnp.asarray(C), True)
+    eps = 1e-6
+    num_g = [(fun(u + eps * e, w, C) - fun(u - eps * e, w, C)) / (2 * eps) for e in np.eye(d)]
+    np.testing.assert_allclose(np.asarray(g), num_g, rtol=1e-6)
+    num_J = np.stack([(engine.gradient(fun, u, w + eps * e, C)
+                       - engine.gradient(fun, u, w - eps * e, C)) / (2 * eps)
+                      for e in np.eye(n)], axis=1)
+    np.testing.assert_allclose(np.asarray(J), num_J, rtol=1e-6, atol=1e-8)
+    num_H = np.stack([(engine.gradient(fun, u + eps * e, w, C)
+                       - engine.gradient(fun, u - eps * e, w, C)) / (2 * eps) for e in np.eye(d)])
+    np.testing.assert_allclose(np.asarray(H), num_H, rtol=1e-6, atol=1e-8)
+
+
+def test_factor_hessian_records_jitter_for_singular_and_rejects_indefinite():
+    with pytest.warns(JitterWarning, match="jitter"):
+        f = engine.factor_hessian(np.diag([1.0, 0.0]))
+    assert f.jitter > 0 and f.min_eig == 0.0
+    with pytest.raises(NotPositiveDefiniteError, match="not positive definite"):
+        engine.factor_hessian(np.diag([1.0, -5.0]))
+    with pytest.raises(NotPositiveDefiniteError, match="NaN"):
+        engine.factor_hessian(np.array([[1.0, np.nan], [np.nan, 1.0]]))
+    ok = engine.factor_hessian(np.diag([2.0, 1.0]))
+    assert ok.jitter == 0.0 and ok.condition_number == pytest.approx(2.0)
+
+
+def test_fit_diagnostics_warns_on_inexact_fit():
+    from approxcv.errors import InexactFitWarning
+    f = engine.factor_hessian(np.eye(2))
+    with pytest.warns(InexactFitWarning, match="gradient norm"):
+        d = engine.fit_diagnostics(np.array([1.0, 0.0]), f, np.zeros(2))
+    assert d["inexact_fit"] and d["grad_norm"] == pytest.approx(1.0)
+
+
+def _quadratic_problem():
+    rng = np.random.default_rng(3)
+    n, d = 6, 2
+    Qs = np.stack([spd(rng, d, 0.1) for _ in range(n)])
+    A, P = rng.normal(size=(n, d)), 0.1 * np.eye(d)
+    u1 = exact_minimiser_weighted_quadratic(np.ones(n), Qs, A, P)
+    return tuple(map(jnp.asarray, (Qs, A, P))), u1, random_folds(rng, n, 5), (Qs, A, P)
+
+
+def test_exact_checkpoint_resumes_and_rejects_other_fit(tmp_path):
+    data, u1, W, raw = _quadratic_problem()
+    path = str(tmp_path / "ck.npz")
+    first = engine.exact_params(weighted_quadratic, u1, W[:3], fold_ids=[0, 1, 2], data=data,
+                                batch_size=1, checkpoint=path, progress=False)
+    calls = []
+
+    class CountingExecutor:
+        def submit(self, fn, *args):
+            calls.append(fn)
+            fut = cf.Future()
+            fut.set_result(fn(*args))
+            return fut
+
+    both = engine.exact_params(weighted_quadratic, u1, W, fold_ids=np.arange(5), data=data,
+                               batch_size=1, checkpoint=path, progress=False,
+                               executor=CountingExecutor())
+    assert len(calls) == 2           # only the two folds not in the checkpoint were refitted
+    np.testing.assert_allclose(both["u"][:3], first["u"])
+    expected = np.stack([exact_minimiser_weighted_quadratic(w, *raw) for w in W])
+    np.testing.assert_allclose(both["u"], expected, rtol=1e-7, atol=1e-8)
+    with pytest.raises(InvalidArgumentError, match="checkpoint"):
+        engine.exact_params(weighted_quadratic, u1 + 1.0, W, data=data, checkpoint=path,
+                            progress=False)
+    with pytest.raises(InvalidArgumentError, match="checkpoint"):
+        engine.exact_params(weighted_quadratic, u1, W, data=data, checkpoint=str(tmp_path / "x"),
+                            progress=False)
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_exact_refits_run_on_concurrent_futures_executors(kind):
+    data, u1, W, raw = _quadratic_problem()
+    if kind == "thread":
+        ex = cf.ThreadPoolExecutor(2)
+    else:
+        ex = cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    with ex:
+        out = engine.exact_params(weighted_quadratic, u1, W, data=data, batch_size=2,
+                                  executor=ex, progress=False)
+    expected = np.stack([exact_minimiser_weighted_quadratic(w, *raw) for w in W])
+    np.testing.assert_allclose(out["u"], expected, rtol=1e-7, atol=1e-8)
