@@ -1,0 +1,361 @@
+"""Shared machinery of GLM-type regularised empirical risk minimisation (ERM).
+
+Every model here minimises
+
+    F(theta, b; w) = sum_i w_i phi(eta_i, y_i) + lam^T r(theta),   eta_i = x_i^T theta + b,
+
+over coefficients ``theta`` (``p``) and an unpenalised intercept ``b``; ``w`` switches samples
+on (1) or off (0), so the units of cross-validation are samples (level ``"within"``).
+The held-out loss of a left-out sample is its training loss ``phi(eta_i, y_i)``.
+
+A concrete model supplies only the elementwise loss ``phi`` (:meth:`ERM.loss`), the
+validation of ``y`` and, if not ridge-type, its regularisers ``r``. The flat parameter
+vector is ``u = (theta, b)`` (``D = p + 1``, or ``p`` without intercept) and the design row
+of sample ``i`` is ``a_i = (x_i, 1)``, so ``eta = A u``; this is the layout
+:func:`approxcv.engine.make_objective` produces from the parameter NamedTuple
+``(coef (p,), intercept ())`` — without an intercept, ``intercept`` has shape ``(0,)``.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._validate import check_finite, check_positive_int
+from ..engine.optimize import batched_minimize
+from ..errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
+                      InvalidDataError)
+
+__all__ = ["ERM", "ERMData", "SmoothERM", "check_lam", "design_matrix"]
+
+
+class ERMData(NamedTuple):
+    """Prepared i.i.d. data: features ``X`` ``(n, p)`` and responses ``y`` ``(n,)``."""
+    X: jax.Array
+    y: jax.Array
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.X.shape[0])
+
+
+class SmoothERM(NamedTuple):
+    """A smooth GLM-type ERM around a fit, in the form the ALOOCV engine works on.
+
+    ``F(u, w; lam) = sum_i w_i loss_fn(a_i^T u, y_i) + penalty_fn(u, lam, aux)``.
+
+    design: ``A`` ``(n, D)``; y: ``(n,)``; u: ``(D,)`` the fit; lam: ``(m,)``;
+    aux: extra arrays for ``penalty_fn`` (e.g. signs); active: ``(D,)`` positions of these
+    coordinates in the model's full flat parameter vector (all of them for smooth models,
+    the support and intercept for the elastic net); loss_fn, penalty_fn: pure callables.
+    """
+    design: jax.Array
+    y: jax.Array
+    u: jax.Array
+    lam: jax.Array
+    aux: Any
+    active: np.ndarray
+    loss_fn: Callable
+    penalty_fn: Callable
+
+
+def check_lam(value, name: str = "lam"):
+    """Return a non-negative finite penalty weight as ``float`` or ``tuple`` of floats."""
+    if isinstance(value, (str, bytes)) or value is None:
+        raise ArgumentTypeError(f"`{name}` must be a number or a 1-D array of numbers")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ArgumentTypeError(f"`{name}` must be a number or a 1-D array of numbers") from exc
+    if arr.ndim > 1 or arr.size == 0:
+        raise InvalidArgumentError(f"`{name}` must be a scalar or a non-empty 1-D array, "
+                                   f"got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise InvalidArgumentError(f"`{name}` must be finite, got {value!r}")
+    if np.any(arr < 0):
+        raise InvalidArgumentError(f"`{name}` must be >= 0, got min {arr.min():.3g}")
+    return float(arr) if arr.ndim == 0 else tuple(float(v) for v in arr)
+
+
+def design_matrix(X, fit_intercept: bool):
+    """``A = [X, 1]`` (``(n, p + 1)``) or ``X`` without intercept."""
+    if not fit_intercept:
+        return X
+    return jnp.concatenate([X, jnp.ones((X.shape[0], 1), X.dtype)], axis=1)
+
+
+@functools.lru_cache(maxsize=64)
+def _flat_objective(loss_fn, penalty_fn):
+    """``fun(u, w, (A, y, lam, aux)) = sum w_i phi(a_i^T u, y_i) + penalty(u, lam, aux)``.
+
+    Built once per (loss, penalty) pair so that the optimiser compiles once per model.
+    """
+    def fun(u, w, args):
+        design, y, lam, aux = args
+        return jnp.sum(w * loss_fn(design @ u, y)) + penalty_fn(u, lam, aux)
+    return fun
+
+
+class ERM:
+    """Base class: weighted loss sum plus ``lam^T r(theta)`` (see module docstring).
+
+    Args:
+        lam: penalty weight, a scalar or one per coefficient (``>= 0``).
+        fit_intercept: fit an unpenalised intercept.
+        max_steps: optimiser step limit (models without a closed form).
+
+    Subclasses set ``params_type`` (a NamedTuple ``(coef, intercept)``) and implement
+    :meth:`loss` and :meth:`_validate_y`.
+    """
+    params_type: type = None
+
+    def __init__(self, lam=1.0, *, fit_intercept: bool = True, max_steps: int = 1000):
+        self.lam = check_lam(lam, "lam")
+        self.fit_intercept = bool(fit_intercept)
+        self.max_steps = check_positive_int("max_steps", max_steps)
+        self.fit_result_: dict | None = None
+
+    # --------------------------------------------------------------- hooks
+    @staticmethod
+    def loss(eta, y):
+        """Elementwise training (and held-out) loss ``phi(eta, y)``."""
+        raise NotImplementedError
+
+    def _validate_y(self, y: np.ndarray) -> np.ndarray:
+        """Model-specific checks of the (finite, 1-D) responses."""
+        return y
+
+    def regularizers(self, coef, aux=None):
+        """``r(theta)`` ``(m,)``: ``[1/2 ||theta||^2]`` for a scalar ``lam``, else ``theta_j^2 / 2``."""
+        if isinstance(self.lam, tuple):
+            return 0.5 * coef ** 2
+        return jnp.atleast_1d(0.5 * jnp.sum(coef ** 2))
+
+    def lam_vector(self) -> jax.Array:
+        """The penalty weights as an ``(m,)`` array (``m`` = number of regularisers)."""
+        return jnp.atleast_1d(jnp.asarray(self.lam, dtype=jnp.float64))
+
+    def with_lam(self, lam) -> "ERM":
+        """A copy of this model with penalty weights ``lam`` (``(m,)``, as :meth:`lam_vector`)."""
+        lam = np.asarray(lam, dtype=np.float64).reshape(-1)
+        new = self._copy()
+        new.lam = check_lam(lam if isinstance(self.lam, tuple) else lam[0], "lam")
+        return new
+
+    def _copy(self) -> "ERM":
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.fit_result_ = None
+        return new
+
+    # ---------------------------------------------------------------- data
+    def prepare(self, data, level: str | None = None):
+        """Validate ``data = (X, y)`` and return ``(ERMData, "within", n)``.
+
+        Raises:
+            InvalidArgumentError: ``level`` is not ``None``/``"within"`` (samples are the
+                only units of an i.i.d. model), or ``lam`` has the wrong length.
+            InvalidDataError: wrong shapes, mismatched lengths, NaN/inf, invalid ``y``.
+        """
+        if level not in (None, "within"):
+            raise InvalidArgumentError(
+                f"`level` must be 'within' for {type(self).__name__} (its units are the "
+                f"samples; there is no 'structure' level), got {level!r}")
+        if isinstance(data, ERMData):
+            return data, "within", data.num_samples
+        if not isinstance(data, (tuple, list)) or len(data) != 2:
+            raise ArgumentTypeError(f"`data` must be a tuple (X, y), got {type(data).__name__}")
+        X, y = _as_numeric("X", data[0]), _as_numeric("y", data[1])
+        if X.ndim != 2:
+            raise InvalidDataError(f"`X` must be 2-D (n_samples, n_features), got shape {X.shape}")
+        if y.ndim != 1:
+            raise InvalidDataError(f"`y` must be 1-D (n_samples,), got shape {y.shape}")
+        if X.shape[0] != y.shape[0]:
+            raise InvalidDataError(f"`X` has {X.shape[0]} rows but `y` has {y.shape[0]} entries")
+        if X.shape[0] < 2:
+            raise InvalidDataError(f"`X` needs at least 2 samples, got {X.shape[0]}")
+        if X.shape[1] < 1:
+            raise InvalidDataError("`X` has no features")
+        X, y = check_finite("X", X).astype(np.float64), check_finite("y", y).astype(np.float64)
+        y = self._validate_y(y)
+        self._check_lam_length(X.shape[1])
+        return ERMData(jnp.asarray(X), jnp.asarray(y)), "within", X.shape[0]
+
+    def _check_lam_length(self, p: int):
+        if isinstance(self.lam, tuple) and len(self.lam) != p:
+            raise InvalidArgumentError(
+                f"`lam` has {len(self.lam)} entries but `X` has {p} features; give a "
+                "scalar or one weight per feature")
+
+    def design(self, data) -> jax.Array:
+        """``A`` ``(n, D)``: the features with a column of ones if there is an intercept."""
+        return design_matrix(data.X, self.fit_intercept)
+
+    @staticmethod
+    def objective_scale(data: ERMData) -> float:
+        """Number of samples (normalises optimiser tolerances)."""
+        return float(data.num_samples)
+
+    # ---------------------------------------------------------- parameters
+    def constrain(self, u):
+        """Identity: coefficients and intercept are unconstrained."""
+        return u
+
+    def unconstrain(self, params):
+        """Identity (as float64 arrays)."""
+        return self.params_type(*[jnp.asarray(p, dtype=jnp.float64) for p in params])
+
+    def params_to_flat(self, params) -> jax.Array:
+        """``u = (coef, intercept)`` ``(D,)``."""
+        return jnp.concatenate([jnp.ravel(jnp.asarray(p, jnp.float64)) for p in params])
+
+    def flat_to_params(self, u):
+        """Inverse of :meth:`params_to_flat` (NumPy arrays)."""
+        u = np.asarray(u, dtype=np.float64)
+        if self.fit_intercept:
+            return self.params_type(u[:-1], np.asarray(u[-1]))
+        return self.params_type(u, np.zeros((0,)))
+
+    def num_coef(self, dim: int) -> int:
+        """Number of coefficients ``p`` in a flat vector of length ``dim``."""
+        return dim - int(self.fit_intercept)
+
+    def penalty(self, u, lam, aux=None):
+        """``lam^T r(theta)`` on the flat vector ``u`` (the intercept is not penalised)."""
+        coef = u[:self.num_coef(u.shape[0])]
+        return jnp.dot(lam, self.regularizers(coef, aux))
+
+    # ------------------------------------------------------ objective & loss
+    def objective(self, params, data, weights, scheme: str = "A", level: str | None = None):
+        """``F(theta, w) = sum_i w_i phi(x_i^T theta + b, y_i) + lam^T r(theta)``.
+
+        Args:
+            params: ``(coef (p,), intercept)``; data: ``(X, y)`` or :class:`ERMData`;
+            weights: ``(n,)``; scheme: ignored (i.i.d. samples: schemes A and B coincide).
+        """
+        data, _, n = self.prepare(data, level)
+        weights = _check_weights(weights, n)
+        u = self.params_to_flat(params)
+        return (jnp.sum(weights * self.loss(self.design(data) @ u, data.y))
+                + self.penalty(u, self.lam_vector()))
+
+    def heldout(self, params, data, weights, level: str | None = None):
+        """Fixed-shape held-out losses ``(fold_loss, point_losses (n,))``.
+
+        ``point_losses[i] = phi(x_i^T theta + b, y_i)`` where ``weights[i] == 0`` and 0
+        elsewhere; ``fold_loss`` is their sum.
+        """
+        data, _, n = self.prepare(data, level)
+        weights = _check_weights(weights, n)
+        eta = self.design(data) @ self.params_to_flat(params)
+        points = jnp.where(weights > 0, 0.0, self.loss(eta, data.y))
+        return jnp.sum(points), points
+
+    def heldout_loss(self, params, data, weights, level: str | None = None):
+        """Held-out losses of the samples with weight 0, shape ``(|o|,)``."""
+        _, points = self.heldout(params, data, weights, level)
+        return np.asarray(points)[np.asarray(weights) <= 0]
+
+    def predict_linear(self, params, X):
+        """Linear predictor ``X theta + b`` ``(n,)``."""
+        X = jnp.asarray(X, dtype=jnp.float64)
+        return X @ jnp.asarray(params[0]) + jnp.sum(jnp.asarray(params[1]))
+
+    # ----------------------------------------------------------------- fit
+    def fit(self, data, level: str | None = None):
+        """Minimise ``F(theta, 1)``; returns ``params_type(coef, intercept)`` (NumPy).
+
+        The run is recorded in ``self.fit_result_``.
+
+        Raises:
+            FitError: the objective is non-finite at the solution.
+        Warns:
+            ConvergenceWarning: the optimiser stopped before its criterion was met.
+        """
+        data, _, _ = self.prepare(data, level)
+        u, info = self.fit_flat(data, self.lam_vector())
+        self.fit_result_ = info
+        return self.flat_to_params(u)
+
+    def fit_flat(self, data: ERMData, lam, u0=None, weights=None):
+        """Fit on prepared data at penalty weights ``lam`` from ``u0`` (warm start).
+
+        Default: BFGS with Newton polishing (:func:`approxcv.engine.batched_minimize`).
+
+        Returns:
+            ``(u (D,), info)`` with ``info`` a dict (objective, grad_norm, converged, steps).
+        """
+        design = self.design(data)
+        n, dim = design.shape
+        u0 = jnp.zeros(dim) if u0 is None else jnp.asarray(u0, jnp.float64)
+        w = jnp.ones(n) if weights is None else jnp.asarray(weights, jnp.float64)
+        fun = _flat_objective(self.loss, self.penalty)
+        solve = batched_minimize(fun, float(n), self.max_steps, 4)
+        res = solve(u0[None], w[None], (design, data.y, jnp.asarray(lam, jnp.float64), None))
+        info = {"objective": float(res.value[0]), "grad_norm": float(res.grad_norm[0]),
+                "converged": bool(res.converged[0]), "num_steps": int(res.num_steps[0])}
+        self._check_fit(res.u[0], info)
+        return res.u[0], info
+
+    def refit_batch(self, data: ERMData, lam, u0, weights, batch_size: int = 64):
+        """Exact refits of many folds, warm-started at ``u0``: ``vmap`` of the fit.
+
+        Args:
+            data: prepared data; lam: ``(m,)``; u0: ``(D,)``; weights: ``(n_folds, n)``.
+            batch_size: folds refitted together (a Python loop over batches, not folds).
+
+        Returns:
+            ``(u (n_folds, D), converged (n_folds,))`` as NumPy arrays.
+        """
+        design = self.design(data)
+        fun = _flat_objective(self.loss, self.penalty)
+        solve = batched_minimize(fun, float(design.shape[0]), self.max_steps, 4)
+        args = (design, data.y, jnp.asarray(lam, jnp.float64), None)
+        weights = jnp.asarray(weights, jnp.float64)
+        u0 = jnp.asarray(u0, jnp.float64)
+        outs = [solve(jnp.broadcast_to(u0, (len(weights[s:s + batch_size]), u0.shape[0])),
+                      weights[s:s + batch_size], args)
+                for s in range(0, len(weights), batch_size)]
+        return (np.concatenate([np.asarray(o.u) for o in outs]),
+                np.concatenate([np.asarray(o.converged) for o in outs]))
+
+    def _check_fit(self, u, info):
+        name = type(self).__name__
+        if not (np.isfinite(info["objective"]) and np.all(np.isfinite(np.asarray(u)))):
+            raise FitError(f"{name}.fit: the objective or parameters are not finite "
+                           f"(objective {info['objective']}); is `lam` too small for "
+                           "separable or collinear data?")
+        if not info["converged"]:
+            warnings.warn(f"{name}.fit did not converge in {self.max_steps} steps (gradient "
+                          f"norm {info['grad_norm']:.3g})", ConvergenceWarning, stacklevel=3)
+
+    # ------------------------------------------------------ ALOOCV adapter
+    def smooth_problem(self, data: ERMData, u) -> SmoothERM:
+        """The model as a smooth GLM-type ERM around the flat fit ``u`` (all coordinates)."""
+        design = self.design(data)
+        return SmoothERM(design, data.y, jnp.asarray(u, jnp.float64), self.lam_vector(), None,
+                         np.arange(design.shape[1]), self.loss, self.penalty)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(lam={self.lam!r}, fit_intercept={self.fit_intercept})"
+
+
+def _as_numeric(name: str, x) -> np.ndarray:
+    if isinstance(x, (str, bytes)) or x is None:
+        raise ArgumentTypeError(f"`{name}` must be a numeric array, got {type(x).__name__}")
+    arr = np.asarray(x)
+    if arr.dtype == object or arr.dtype.kind not in "biuf":
+        raise ArgumentTypeError(f"`{name}` must be a numeric array, got dtype {arr.dtype}")
+    return arr
+
+
+def _check_weights(weights, n: int):
+    weights = jnp.asarray(weights, dtype=jnp.float64)
+    if weights.shape != (n,):
+        raise InvalidArgumentError(
+            f"`weights` must have shape ({n},) (one per sample), got {weights.shape}")
+    return weights

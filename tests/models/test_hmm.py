@@ -1,0 +1,216 @@
+"""Every HMM through fit -> IJ -> NS -> exact on tiny problems, against exact computation."""
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import approxcv as acv
+from approxcv import engine
+from approxcv.errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
+from approxcv.inference import chain
+from tests.conftest import simulate_gaussian_hmm, simulate_poisson_hmm
+
+
+def make_case(name):
+    if name == "poisson":
+        return acv.models.PoissonHMM(2, n_init=2), simulate_poisson_hmm(100, seed=2)
+    if name == "gaussian":
+        return acv.models.GaussianHMM(2, n_init=2), simulate_gaussian_hmm(100, seed=3)
+    if name == "gaussian_ar1":
+        return (acv.models.GaussianHMM(2, ar_order=1, n_init=2),
+                simulate_gaussian_hmm(100, seed=4, ar=0.4))
+    z = (simulate_poisson_hmm(100, rates=(0.5, 3.0), seed=5)).astype(int)
+    return acv.models.CategoricalHMM(2, n_symbols=4, n_init=2), np.minimum(z, 3)
+
+
+@pytest.fixture(scope="module", params=["poisson", "gaussian", "gaussian_ar1", "categorical"])
+def fitted(request):
+    model, x = make_case(request.param)
+    return model, x, model.fit(x)
+
+
+def test_fit_is_stationary_and_w1_refit_reproduces_it(fitted):
+    model, x, params = fitted
+    seqs, level, n = model.prepare(x)
+    obj = engine.make_objective(model, seqs, params, "A", level, n, model.objective_scale(seqs))
+    g = engine.gradient(obj.fun, obj.u_full, jnp.ones(n), seqs)
+    assert float(jnp.linalg.norm(g)) < 1e-5 * n
+    out = engine.exact_params(obj.fun, obj.u_full, np.ones((1, n)), data=seqs, progress=False,
+                              scale=obj.scale)
+    np.testing.assert_allclose(out["u"][0], np.asarray(obj.u_full), atol=1e-6)
+
+
+def full_u(model, x, params, level="within"):
+    seqs, level, n = model.prepare(x, level)
+    return np.asarray(engine.make_objective(model, seqs, params, "A", level, n).u_full)
+
+
+def test_ij_ns_exact_agree_on_small_folds(fitted):
+    model, x, params = fitted
+    folds = acv.folds.iid(len(x), 0.02, n_folds=6, seed=1)
+    res = {m: acv.cross_validate(model, x, folds, method=m, params=params, progress=False)
+           for m in ("ij", "ns", "exact")}
+    assert res["exact"].diagnostics["exact_converged"].all()
+    shift = np.linalg.norm(res["exact"].params_flat - full_u(model, x, params), axis=1)
+    for m in ("ij", "ns"):
+        df = acv.compare(res[m], res["exact"])
+        assert df.attrs["mean_rel_error_point"] < 0.05, (m, df.attrs)
+        assert df.attrs["mean_rel_error_fold"] < 0.05, (m, df.attrs)
+    # IJ linearises grad F in w, which is strongly nonlinear for latent-variable models when
+    # a unit is fully removed, so its parameters are checked to first order in the test
+    # below; the Newton step uses the exact fold gradient and must be close already.
+    err = np.linalg.norm(res["ns"].params_flat - res["exact"].params_flat, axis=1)
+    assert np.all(err < 0.5 * shift + 1e-8), (err, shift)
+
+
+@pytest.mark.parametrize("scheme", ["A", "B"])
+def test_ij_ns_exact_agree_to_first_order_as_the_fold_weight_shrinks(scheme):
+    """Down-weight a fold by eps (w_o = 1 - eps): IJ and NS errors against the exact
+    reweighted refit must vanish faster than the parameter change itself (O(eps^2) vs
+    O(eps)), i.e. their relative error must shrink proportionally to eps."""
+    model = acv.models.PoissonHMM(2, n_init=2)
+    x = simulate_poisson_hmm(150, seed=7)
+    params = model.fit(x)
+    seqs, level, n = model.prepare(x)
+    obj = engine.make_objective(model, seqs, params, scheme, level, n, model.objective_scale(seqs))
+    mask = acv.folds.Folds([np.arange(20, 24), np.array([60]), np.arange(100, 116)], n).weights()
+    g, H, J = engine.gradient_hessian_jacobian(obj.fun, obj.u_full, jnp.ones(n), seqs, True)
+    factor = engine.factor_hessian(H)
+    ratios = {"ij": [], "ns": []}
+    eps_grid = (0.4, 0.1, 0.025)
+    for eps in eps_grid:
+        W = 1.0 - eps * (1.0 - mask)
+        exact = engine.exact_params(obj.fun, obj.u_full, W, data=seqs, progress=False,
+                                    scale=obj.scale)["u"]
+        shift = np.linalg.norm(exact - np.asarray(obj.u_full), axis=1)
+        approx = {"ij": engine.ij_params(factor, J, obj.u_full, jnp.asarray(W)),
+                  "ns": engine.newton_params(obj.fun, obj.u_full, jnp.asarray(W), seqs, 4)[0]}
+        for m in ratios:
+            ratios[m].append(float(np.max(np.linalg.norm(np.asarray(approx[m]) - exact, axis=1)
+                                          / shift)))
+    for m, r in ratios.items():
+        # eps shrinks 16x: a first-order-exact method's relative error shrinks ~16x
+        assert r[-1] < r[0] / 6, (m, r)
+        assert r[-1] < 0.05, (m, r)
+
+
+def test_schemes_a_and_b_give_same_fits_on_future_folds_and_differ_inside():
+    model = acv.models.PoissonHMM(2, n_init=2)
+    x = simulate_poisson_hmm(80, seed=8)
+    params = model.fit(x)
+    future = acv.folds.leave_future_out(len(x), [50, 70])
+    a = acv.cross_validate(model, x, future, method="exact", params=params, scheme="A",
+                           progress=False)
+    b = acv.cross_validate(model, x, future, method="exact", params=params, scheme="B",
+                           progress=False)
+    np.testing.assert_allclose(a.params_flat, b.params_flat, atol=1e-7)
+    seqs, _, n = model.prepare(x)
+    w = future.weights()[0]
+    np.testing.assert_allclose(float(model.objective(params, seqs, w, "A")),
+                               float(model.objective(params, seqs, w, "B")), rtol=1e-12)
+    inner = acv.folds.Folds([np.arange(30, 40)], len(x))
+    ia = acv.cross_validate(model, x, inner, method="exact", params=params, scheme="A",
+                            progress=False)
+    ib = acv.cross_validate(model, x, inner, method="exact", params=params, scheme="B",
+                            progress=False)
+    assert np.max(np.abs(ia.params_flat - ib.params_flat)) > 1e-4
+
+
+def test_structure_level_heldout_is_marginal_likelihood_under_fold_params():
+    rng = np.random.default_rng(0)
+    seqs = [simulate_poisson_hmm(int(T), seed=s) for s, T in enumerate(rng.integers(30, 60, 5))]
+    model = acv.models.PoissonHMM(2, n_init=2)
+    params = model.fit(seqs)
+    folds = acv.folds.leave_one_out(len(seqs))
+    ij = acv.cross_validate(model, seqs, folds, method="ij", params=params, level="structure",
+                            progress=False)
+    ex = acv.cross_validate(model, seqs, folds, method="exact", params=params,
+                            level="structure", progress=False)
+    for i in range(len(seqs)):
+        p_i = type(params)(*[np.asarray(leaf[i]) for leaf in ex.params])
+        pots = model.log_potentials(p_i, jnp.asarray(seqs[i], float), jnp.ones(len(seqs[i])))
+        np.testing.assert_allclose(ex.fold_loss[i], -float(chain.log_normalizer(*pots)),
+                                   rtol=1e-10)
+        np.testing.assert_allclose(ex.point_loss[i], ex.fold_loss[i])
+    assert acv.compare(ij, ex).attrs["mean_rel_error_fold"] < 0.02
+    assert ij.scheme is None and ij.level == "structure"
+
+
+def test_padding_does_not_change_sequence_likelihoods():
+    model = acv.models.GaussianHMM(2, ar_order=1)
+    a, b = simulate_gaussian_hmm(20, seed=1), simulate_gaussian_hmm(35, seed=2)
+    params = model.fit([a, b])
+    seqs, _, _ = model.prepare([a, b], "structure")
+    padded = np.asarray(model.sequence_log_likelihoods(params, seqs))
+    for i, s in enumerate((a, b)):
+        alone = chain.log_normalizer(*model.log_potentials(params, jnp.asarray(s),
+                                                           jnp.ones(len(s))))
+        np.testing.assert_allclose(padded[i], float(alone), rtol=1e-12)
+
+
+def test_emission_log_likelihoods_match_scipy():
+    x = np.array([0.0, 3.0, 7.0])
+    p = acv.models.PoissonHMM(2)
+    pp = acv.models.PoissonHMMParams(np.array([.5, .5]), np.eye(2) * .8 + .1, np.array([1.5, 6.]))
+    np.testing.assert_allclose(np.asarray(p._emission_log_lik(pp, jnp.asarray(x))),
+                               stats.poisson.logpmf(x[:, None], pp.rates[None]), rtol=1e-12)
+    g = acv.models.GaussianHMM(2)
+    xg = np.array([[0.1, -1.0], [2.0, 0.5]])
+    gp = acv.models.GaussianHMMParams(np.array([.5, .5]), np.eye(2) * .8 + .1,
+                                      np.array([[0., 1.], [1., -1.]]),
+                                      np.array([[1., 2.], [.5, .3]]), np.zeros((2, 0, 2)))
+    expected = np.stack([stats.norm.logpdf(xg, gp.means[k], np.sqrt(gp.variances[k])).sum(1)
+                         for k in range(2)], axis=1)
+    np.testing.assert_allclose(np.asarray(g._emission_log_lik(gp, jnp.asarray(xg))), expected,
+                               rtol=1e-12)
+
+
+def test_ar_order_zero_equals_plain_gaussian():
+    x = simulate_gaussian_hmm(60, seed=9)
+    p0 = acv.models.GaussianHMM(2, ar_order=0, n_init=1).fit(x)
+    p1 = acv.models.GaussianHMM(2, ar_order=1, n_init=1)
+    zero_ar = p1.params_type(*p0[:4], np.zeros((2, 1, 2)))
+    seqs = p1.prepare(x)[0]
+    np.testing.assert_allclose(float(p1.objective(zero_ar, seqs, np.ones(60)))
+                               + p1.ar_prior_var * 0,
+                               float(acv.models.GaussianHMM(2).objective(p0, seqs, np.ones(60))),
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("model,data,err,match", [
+    (acv.models.PoissonHMM(2), np.array([1.0, np.nan, 2.0]), InvalidDataError, "NaN"),
+    (acv.models.PoissonHMM(2), np.array([1, -1, 2]), InvalidDataError, "non-negative"),
+    (acv.models.PoissonHMM(2), np.array([1.5, 1, 2]), InvalidDataError, "integer"),
+    (acv.models.PoissonHMM(2), np.ones((4, 2)), InvalidDataError, "dimension"),
+    (acv.models.PoissonHMM(2), np.array([3]), InvalidDataError, "at least 2"),
+    (acv.models.PoissonHMM(2), "abc", ArgumentTypeError, "array"),
+    (acv.models.GaussianHMM(2), np.array([[0.0, np.inf]] * 3), InvalidDataError, "infinite"),
+    (acv.models.CategoricalHMM(2, 3), np.array([0, 1, 3]), InvalidDataError, "outside"),
+])
+def test_bad_data_is_rejected_with_named_errors(model, data, err, match):
+    with pytest.raises(err, match=match):
+        model.fit(data)
+
+
+def test_level_and_weights_mismatch_errors():
+    model = acv.models.PoissonHMM(2)
+    x = simulate_poisson_hmm(20)
+    with pytest.raises(InvalidArgumentError, match="level='structure'"):
+        model.prepare([x, x], "within")
+    with pytest.raises(InvalidArgumentError, match="list of sequences"):
+        model.prepare(x, "structure")
+    with pytest.raises(InvalidArgumentError, match="at least 2 sequences"):
+        model.prepare([x], "structure")
+    with pytest.raises(InvalidArgumentError, match="`weights` must have shape"):
+        model.objective(model.fit(x), x, np.ones(5))
+
+
+def test_invalid_hyperparameters():
+    with pytest.raises(InvalidArgumentError, match="n_states"):
+        acv.models.PoissonHMM(0)
+    with pytest.raises(InvalidArgumentError, match="ar_order"):
+        acv.models.GaussianHMM(2, ar_order=-1)
+    with pytest.raises(InvalidArgumentError, match="n_symbols"):
+        acv.models.CategoricalHMM(2, 1)
