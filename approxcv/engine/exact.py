@@ -19,15 +19,20 @@ class RefitBatch:
     grad_norm (b,))`` as NumPy arrays.
     """
 
-    def __init__(self, fun, scale: float, max_steps: int, newton_steps: int):
-        self.fun, self.scale = fun, scale
+    def __init__(self, fun, scale: float, max_steps: int, newton_steps: int,
+                 pad_to: int | None = None):
+        self.fun, self.scale, self.pad_to = fun, scale, pad_to
         self.max_steps, self.newton_steps = max_steps, newton_steps
 
     def __call__(self, u_full, weights, data):
         solver = batched_minimize(self.fun, self.scale, self.max_steps, self.newton_steps)
+        size = len(weights)
+        if self.pad_to and size < self.pad_to:  # same shapes for every batch: compile once
+            weights = np.concatenate([weights, np.repeat(weights[-1:], self.pad_to - size, 0)])
         u0s = np.broadcast_to(u_full, (len(weights),) + np.shape(u_full))
         res = solver(u0s, weights, data)
-        return tuple(np.asarray(o) for o in (res.u, res.converged, res.num_steps, res.grad_norm))
+        return tuple(np.asarray(o)[:size]
+                     for o in (res.u, res.converged, res.num_steps, res.grad_norm))
 
 
 def _row_digest(row) -> str:
@@ -110,7 +115,7 @@ def exact_params(fun, u_full, weights, fold_ids=None, *, data=None, executor=Non
         if checkpoint is not None:
             _save_checkpoint(checkpoint, u_full, done, weights, fold_ids)
 
-    task = RefitBatch(fun, scale, max_steps, newton_steps)
+    task = RefitBatch(fun, scale, max_steps, newton_steps, pad_to=batch_size)
     run_batches(task, batches, executor=executor, progress=progress, desc="exact CV",
                 sizes=[len(p) for p in positions], on_result=record)
     rows = [done[int(fid)] for fid in fold_ids]

@@ -1,0 +1,121 @@
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import approxcv as acv
+from approxcv.errors import (ArgumentTypeError, FoldIndexError, InexactFitWarning,
+                             InvalidArgumentError, InvalidDataError)
+
+
+def test_cross_validate_result_shapes_and_frames(poisson_small):
+    model, x, params = poisson_small
+    folds = acv.folds.contiguous(len(x), 0.05, 4, seed=0)
+    res = acv.cross_validate(model, x, folds, params=params, progress=False)
+    assert res.fold_loss.shape == (4,) and len(res.point_loss) == 4
+    assert res.params.rates.shape == (4, 2) and res.params_flat.shape[0] == 4
+    for key in ("grad_norm", "hessian_min_eig", "jitter", "condition_number"):
+        assert key in res.diagnostics
+    df = res.to_frame()
+    assert len(df) == 4 * 6 and set(df.columns) >= {"fold_id", "unit", "loss"}
+    assert res.summary()["n_folds"] == 4 and res.seconds > 0
+    np.testing.assert_allclose(model.heldout_loss(params, x, folds.weights()[0]),
+                               acv.cross_validate(model, x, folds[:1], params=params,
+                                                  method="ij", progress=False).point_loss[0],
+                               rtol=0.2)
+
+
+def test_cross_validate_fits_when_params_missing(poisson_small):
+    model, x, _ = poisson_small
+    res = acv.cross_validate(model, x, [[3, 4]], progress=False)
+    assert res.fit_seconds is not None and np.isfinite(res.fold_loss).all()
+
+
+@pytest.mark.parametrize("kwargs,err,match", [
+    (dict(method="loo"), InvalidArgumentError, "method"),
+    (dict(scheme="C"), InvalidArgumentError, "scheme"),
+    (dict(level="sites"), InvalidArgumentError, "level"),
+])
+def test_cross_validate_rejects_bad_arguments(poisson_small, kwargs, err, match):
+    model, x, params = poisson_small
+    with pytest.raises(err, match=match):
+        acv.cross_validate(model, x, [[1]], params=params, progress=False, **kwargs)
+
+
+def test_cross_validate_rejects_bad_folds_params_and_model(poisson_small):
+    model, x, params = poisson_small
+    with pytest.raises(FoldIndexError):
+        acv.cross_validate(model, x, [[len(x)]], params=params)
+    with pytest.raises(InvalidArgumentError, match="n=50"):
+        acv.cross_validate(model, x, acv.folds.iid(50, 0.1, 2), params=params)
+    bad = params._replace(rates=np.array([np.nan, 1.0]))
+    with pytest.raises(InvalidDataError, match="params"):
+        acv.cross_validate(model, x, [[1]], params=bad)
+    zero = params._replace(initial_probs=np.array([1.0, 0.0]))
+    with pytest.raises(InvalidDataError, match="boundary"):
+        acv.cross_validate(model, x, [[1]], params=zero)
+    with pytest.raises(ArgumentTypeError, match="model"):
+        acv.cross_validate(object(), x, [[1]])
+
+
+def test_inexact_fit_is_reported_and_ij_still_tracks_exact(poisson_small):
+    """An approximate fit is flagged, and IJ taken there stays close to exact CV."""
+    model, x, params = poisson_small
+    rough = params._replace(rates=params.rates * 1.01)
+    folds = acv.folds.iid(len(x), 0.05, 4, seed=2)
+    with pytest.warns(InexactFitWarning, match="gradient norm"):
+        ij = acv.cross_validate(model, x, folds, params=rough, progress=False)
+    assert ij.diagnostics["inexact_fit"] and ij.diagnostics["grad_norm"] > 1e-2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InexactFitWarning)
+        exact = acv.cross_validate(model, x, folds, params=rough, method="exact",
+                                   progress=False)
+    assert acv.compare(ij, exact).attrs["mean_rel_error_point"] < 0.05
+
+
+def test_compare_matches_fold_ids_and_checks_units(poisson_small):
+    model, x, params = poisson_small
+    folds = acv.folds.iid(len(x), 0.05, 6, seed=4)
+    ij = acv.cross_validate(model, x, folds, params=params, progress=False)
+    ex = acv.cross_validate(model, x, folds.subset([1, 4]), method="exact", params=params,
+                            progress=False)
+    df = acv.compare(ij, ex)
+    assert set(df.fold_id) == {1, 4} and (df.kind == "fold").sum() == 2
+    assert np.all(df.rel_error >= 0)
+    other = acv.cross_validate(model, x, acv.folds.iid(len(x), 0.05, 6, seed=5), params=params,
+                               progress=False)
+    with pytest.raises(InvalidArgumentError, match="different units"):
+        acv.compare(other, ex)
+    with pytest.raises(ArgumentTypeError):
+        acv.compare(ij, "exact")
+
+
+def test_plots_write_files(poisson_small, tmp_path):
+    model, x, params = poisson_small
+    folds = acv.folds.iid(len(x), 0.05, 3, seed=4)
+    ij = acv.cross_validate(model, x, folds, params=params, progress=False)
+    ns = acv.cross_validate(model, x, folds, params=params, method="ns", progress=False)
+    acv.plot.scatter(ij, ns, path=tmp_path / "s.png")
+    acv.plot.timing_bars({"ij": ij.seconds, "ns": ns.seconds}, path=tmp_path / "t.png")
+    assert (tmp_path / "s.png").stat().st_size > 1000 and (tmp_path / "t.png").exists()
+
+
+def test_demo_command_writes_summary(tmp_path):
+    from approxcv.cli import main
+    out = tmp_path / "demo"
+    rc = main(["demo", "--n-points", "300", "--n-folds", "40", "--n-exact", "2",
+               "--out", str(out), "--quiet"])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["T"] == 300 and summary["n_folds"] == 40
+    assert 0 <= summary["mean_rel_error_point"] < 0.05
+    assert (out / "scatter_points.png").exists() and (out / "comparison.csv").exists()
+
+
+def test_demo_command_reports_bad_input(tmp_path, capsys):
+    from approxcv.cli import main
+    bad = tmp_path / "bad.csv"
+    bad.write_text("calls\n1\n-3\n4\n")
+    assert main(["demo", "--data", str(bad), "--out", str(tmp_path), "--quiet"]) == 2
+    assert "non-negative" in capsys.readouterr().err
