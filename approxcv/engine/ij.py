@@ -1,7 +1,6 @@
 """Infinitesimal jackknife for all folds at once."""
 from __future__ import annotations
 
-import jax.numpy as jnp
 
 from .linalg import HessianFactor, solve
 
