@@ -8,7 +8,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from . import datasets, engine, errors, folds, inference, models  # noqa: E402
+from . import datasets, engine, errors, folds, inference, models, tuning  # noqa: E402
 from .api import cross_validate  # noqa: E402
 from .results import CVResult, compare  # noqa: E402
 
@@ -23,4 +23,4 @@ def __getattr__(name):
 
 
 __all__ = ["cross_validate", "CVResult", "compare", "folds", "models", "engine", "inference",
-           "datasets", "errors", "plot", "__version__"]
+           "datasets", "errors", "tuning", "plot", "__version__"]

@@ -104,6 +104,10 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
     weights = jnp.asarray(folds.weights())
     t_start = time.perf_counter()
     stages = {}
+    local = getattr(model, "local_model", None)
+    if callable(local) and method in ("ij", "ns"):
+        # non-smooth models (elastic net): differentiate their smooth local surrogate
+        model, params, prepared = local(params, prepared)
 
     obj = engine.make_objective(model, prepared, params, scheme, level, num_units,
                                 scale=_objective_scale(model, prepared, num_units))

@@ -3,6 +3,7 @@
 Every function here works on a flat objective ``f(u, w)`` over an unconstrained parameter
 vector ``u`` (``D``) and unit weights ``w`` (``n``); see :class:`WeightedObjective`.
 """
+from . import aloo
 from .derivatives import cross_jacobian, gradient, gradient_hessian_jacobian, hessian
 from .diagnostics import fit_diagnostics
 from .exact import exact_params

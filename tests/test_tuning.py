@@ -1,0 +1,169 @@
+"""Gradients of ALOOCV in the penalty weights, and tuning by Algorithms 1 and 2."""
+import numpy as np
+import optax
+import pytest
+
+from approxcv.errors import ArgumentTypeError, InvalidArgumentError
+from approxcv.models.elastic_net import ElasticNet
+from approxcv.models.logistic import Logistic
+from approxcv.models.ridge import Ridge
+from approxcv.tuning import (GRADIENTS, aloocv, aloocv_gradient, exact_cv,
+                             tune_regularization)
+
+
+@pytest.fixture(scope="module")
+def ridge_data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 4))
+    return X, X @ [1.0, -0.5, 0.0, 0.0] + 0.5 * rng.normal(size=30)
+
+
+@pytest.fixture(scope="module")
+def logistic_data():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(120, 4))
+    y = (X @ [1.0, -2.0, 0.5, 0.0] + rng.normal(size=120) > 0).astype(float)
+    return X, y
+
+
+def central_difference(fun, lam, h):
+    lam = np.asarray(lam, dtype=float)
+    out = []
+    for j in range(lam.size):
+        e = np.zeros(lam.size)
+        e[j] = h * lam[j]
+        out.append((fun(lam + e) - fun(lam - e)) / (2 * h * lam[j]))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("gradient", GRADIENTS)
+def test_ridge_gradient_matches_finite_differences_of_exact_loo(ridge_data, gradient):
+    """For ridge ALOOCV is exact LOO, and all three gradients are its exact derivative."""
+    X, y = ridge_data
+    lam = np.array([0.5, 1.0, 2.0, 4.0])
+    acv_value, grad = aloocv_gradient(Ridge(tuple(lam)), (X, y), gradient=gradient)
+    exact = lambda lm: exact_cv(Ridge(tuple(lm)), (X, y))[0]  # noqa: E731
+    np.testing.assert_allclose(acv_value, exact(lam), rtol=1e-10)
+    np.testing.assert_allclose(grad, central_difference(exact, lam, 1e-5), rtol=1e-6,
+                               atol=1e-12)
+
+
+def test_logistic_gradients(logistic_data):
+    """implicit == d ALOOCV / d lam; the seed's eq. 16 approximates it and d LOO / d lam."""
+    X, y = logistic_data
+    lam = 3.0
+    acv_value, g_implicit = aloocv_gradient(Logistic(lam), (X, y), gradient="implicit")
+    fd = central_difference(lambda lm: aloocv(Logistic(float(lm[0])), (X, y)).estimate,
+                            [lam], 1e-4)
+    np.testing.assert_allclose(g_implicit, fd, rtol=1e-6)
+    _, g_seed = aloocv_gradient(Logistic(lam), (X, y), gradient="seed")
+    np.testing.assert_allclose(g_seed, g_implicit, rtol=0.02)
+    exact = exact_cv(Logistic(lam), (X, y))[0]
+    np.testing.assert_allclose(acv_value, exact, rtol=0.01)
+    fd_exact = central_difference(lambda lm: exact_cv(Logistic(float(lm[0])), (X, y))[0],
+                                  [lam], 1e-3)
+    np.testing.assert_allclose(g_seed, fd_exact, rtol=0.01)
+
+
+def test_eq16_gradients_match_brute_force(logistic_data):
+    """Both eq.-16 variants against a NumPy loop with fresh leave-one-out Hessians."""
+    X, y = logistic_data
+    X, y, lam = X[:40], y[:40], 2.0
+    params = Logistic(lam).fit((X, y))
+    a = np.c_[X, np.ones(len(y))]
+    u = np.r_[params.coef, params.intercept]
+    sigmoid = lambda e: 1 / (1 + np.exp(-e))  # noqa: E731
+
+    def loo_hessian(v, i):
+        mu = sigmoid(a @ v)
+        d = mu * (1 - mu)
+        d[i] = 0.0
+        return (a * d[:, None]).T @ a + lam * np.diag([1.0] * X.shape[1] + [0.0])
+
+    g = sigmoid(a @ u) - y
+    cheap = seed = 0.0
+    for i in range(len(y)):
+        h_i = loo_hessian(u, i)
+        u_i = u + np.linalg.solve(h_i, g[i] * a[i])
+        grad_loss = (sigmoid(a[i] @ u_i) - y[i]) * a[i]
+        d_lam_grad_penalty = np.r_[u_i[:-1], 0.0]
+        cheap -= d_lam_grad_penalty @ np.linalg.solve(h_i, grad_loss) / len(y)
+        seed -= d_lam_grad_penalty @ np.linalg.solve(loo_hessian(u_i, i), grad_loss) / len(y)
+    for name, expected in (("full_fit_hessian", cheap), ("seed", seed)):
+        _, got = aloocv_gradient(Logistic(lam), (X, y), params, gradient=name)
+        np.testing.assert_allclose(got, [expected], rtol=1e-9)
+
+
+def test_elastic_net_gradient_on_a_fixed_support(ridge_data):
+    """Inside one support the surrogate is quadratic: all gradients equal d ALOOCV / d lam."""
+    X, y = ridge_data
+    lam = np.array([3.0, 1.0])
+    model = ElasticNet(*lam)
+    params = model.fit((X, y))
+
+    def acv_at(lm):
+        m = ElasticNet(*lm)
+        p = m.fit((X, y))
+        assert np.array_equal(p.coef != 0, params.coef != 0)      # same support
+        return aloocv(m, (X, y), p, warn=False).estimate
+
+    fd = central_difference(acv_at, lam, 1e-5)
+    for name in GRADIENTS:
+        _, grad = aloocv_gradient(model, (X, y), params, gradient=name)
+        np.testing.assert_allclose(grad, fd, rtol=1e-5)
+
+
+def test_stochastic_subset_gradient_is_unbiased_piece(ridge_data):
+    """Mini-batch terms average to the full gradient over a partition."""
+    X, y = ridge_data
+    model = Ridge(tuple([1.0] * 4))
+    full = aloocv_gradient(model, (X, y))
+    parts = [aloocv_gradient(model, (X, y), subset=np.arange(s, s + 10)) for s in (0, 10, 20)]
+    np.testing.assert_allclose(np.mean([p[0] for p in parts]), full[0], rtol=1e-12)
+    np.testing.assert_allclose(np.mean([p[1] for p in parts], axis=0), full[1], rtol=1e-10)
+
+
+def test_algorithm_1_tunes_per_coordinate_ridge():
+    """ACV decreases; irrelevant coordinates are penalised more than relevant ones."""
+    rng = np.random.default_rng(7)
+    n, p = 80, 10
+    X = rng.normal(size=(n, p))
+    y = X[:, :3] @ [2.0, -1.5, 1.0] + rng.normal(size=n)
+    res = tune_regularization(Ridge(np.ones(p)), (X, y), 1.0, max_iter=40, learning_rate=0.2,
+                              test_data=(X[:20] + 0.1, y[:20]))
+    path = res.path
+    assert {"iteration", "acv", "acv_full", "seconds", "test_loss", "lam_0", "lam_9"} <= set(
+        path.columns)
+    assert path["acv"].iloc[-1] < path["acv"].iloc[0]
+    assert np.all(res.lam_path > 0)
+    assert res.best_acv == pytest.approx(path["acv_full"].min())
+    lam = res.best_lam
+    assert np.exp(np.mean(np.log(lam[3:]))) > 3 * np.exp(np.mean(np.log(lam[:3])))
+    # the best model is refitted at best_lam and its ALOOCV is the recorded one
+    assert aloocv(res.model, (X, y), res.best_params).estimate == pytest.approx(res.best_acv,
+                                                                                 rel=1e-8)
+
+
+def test_algorithm_2_and_elastic_net(ridge_data):
+    X, y = ridge_data
+    res = tune_regularization(ElasticNet(1.0, 1.0), (X, y), [1.0, 1.0], algorithm="stochastic",
+                              batch_size=8, max_iter=12, eval_every=4,
+                              optimizer=optax.sgd(0.5), seed=3)
+    path = res.path
+    assert path["acv_full"].notna().sum() == 4               # iterations 0, 4, 8 and the last
+    assert "support_size" in path and res.best_lam.shape == (2,)
+    assert path["acv_full"].iloc[-1] <= path["acv_full"].iloc[0]
+
+
+def test_tuning_argument_errors(ridge_data):
+    X, y = ridge_data
+    with pytest.raises(InvalidArgumentError, match="`lam0` must have 4"):
+        tune_regularization(Ridge(np.ones(4)), (X, y), [1.0, 1.0])
+    with pytest.raises(InvalidArgumentError, match="`lam0` must be positive"):
+        tune_regularization(Ridge(1.0), (X, y), 0.0)
+    with pytest.raises(InvalidArgumentError, match="`algorithm`"):
+        tune_regularization(Ridge(1.0), (X, y), 1.0, algorithm="newton")
+    with pytest.raises(InvalidArgumentError, match="`gradient`"):
+        aloocv_gradient(Ridge(1.0), (X, y), gradient="fd")
+    with pytest.raises(ArgumentTypeError, match="`optimizer`"):
+        tune_regularization(Ridge(1.0), (X, y), 1.0, optimizer="adam")
