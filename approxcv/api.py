@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from functools import partial
 
 import jax
@@ -10,7 +11,7 @@ import numpy as np
 
 from . import engine
 from ._validate import check_choice, check_finite
-from .errors import ArgumentTypeError, InvalidDataError
+from .errors import ArgumentTypeError, ConvergenceWarning, InvalidDataError
 from .folds import as_folds
 from .results import CVResult
 
@@ -18,6 +19,10 @@ __all__ = ["cross_validate"]
 
 METHODS = ("ij", "ns", "exact")
 SCHEMES = ("A", "B")
+SOLVERS = ("auto", "dense", "cg")
+#: largest number of parameters for which ``solver="auto"`` forms the dense Hessian
+#: (3,000 x 3,000 doubles = 72 MB; its eigen-decomposition takes seconds)
+MAX_DENSE_DIM = 3000
 
 
 def _block(tree):
@@ -31,9 +36,11 @@ def _objective_scale(model, prepared, num_units) -> float:
     return float(scale_fn(prepared)) if callable(scale_fn) else float(num_units)
 
 
-def _heldout_batch_size(num_units: int, num_folds: int) -> int:
-    """Folds evaluated per vectorised batch: about 2e6 time steps at once."""
-    return int(max(1, min(num_folds, 2_000_000 // max(num_units, 1))))
+def _heldout_batch_size(objective, num_folds: int) -> int:
+    """Folds evaluated per vectorised batch: about 2e6 units (or 4e6 data entries) at once."""
+    entries = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(objective.data))
+    size = max(objective.num_units, entries // 2, 1)
+    return int(max(1, min(num_folds, 2_000_000 // size)))
 
 
 @partial(jax.jit, static_argnums=(0, 4))
@@ -48,15 +55,64 @@ def heldout_losses(objective: engine.WeightedObjective, params_flat, weights,
 
     Folds are processed by ``lax.map`` in vectorised batches of ``batch_size``.
     """
-    batch_size = batch_size or _heldout_batch_size(objective.num_units, len(weights))
+    batch_size = batch_size or _heldout_batch_size(objective, len(weights))
     return _block(_heldout_batched(objective.heldout, jnp.asarray(params_flat),
                                    jnp.asarray(weights), objective.data, int(batch_size)))
+
+
+def _dense_derivatives(obj, level, with_jacobian, executor, structure_batch_size, progress,
+                       warn):
+    """``(g, HessianFactor, J or None)`` with the dense Hessian.
+
+    At ``level="structure"`` (data with the structure axis first) they are accumulated over
+    batches of structures through the executor seam; otherwise one forward-over-reverse
+    sweep over all the data.
+    """
+    if level == "structure" and engine.accumulate.has_unit_axis(obj.data, obj.num_units):
+        grad, hess, jac = engine.structure_derivatives(
+            obj.fun, obj.u_full, obj.data, obj.num_units, batch_size=structure_batch_size,
+            with_jacobian=with_jacobian, executor=executor, progress=progress)
+    else:
+        grad, hess, jac = _block(engine.gradient_hessian_jacobian(
+            obj.fun, obj.u_full, jnp.ones(obj.num_units), obj.data, with_jacobian))
+    return grad, engine.factor_hessian(hess, warn=warn), jac
+
+
+def _matrix_free_derivatives(obj, weights, method, rtol, max_steps, batch_size):
+    """``(g, H^{-1} g, IJ parameters or None, CGResult of the full-data system)`` by CG."""
+    if method == "ij":
+        params, grad, step, cg = _block(engine.ij_params_cg(
+            obj.fun, obj.u_full, weights, obj.data, rtol, max_steps, batch_size or 64))
+        return grad, step, params, cg
+    ones = jnp.ones((1, obj.num_units))
+    params, cg = _block(engine.newton_params_cg(obj.fun, obj.u_full, ones, obj.data, rtol,
+                                                max_steps, 1))
+    grad = engine.gradient(obj.fun, obj.u_full, ones[0], obj.data)
+    return grad, obj.u_full - params[0], None, cg
+
+
+def _record_ns_cg(diagnostics, cg, folds, warn):
+    """Per-fold CG records of matrix-free Newton steps; folds whose ``H(w_o)`` showed
+    non-positive curvature or whose CG did not converge are listed and warned about."""
+    diagnostics["ns_cg_num_steps"] = np.asarray(cg.num_steps)
+    diagnostics["ns_cg_converged"] = np.asarray(cg.converged)
+    diagnostics["ns_hessian_min_eig"] = np.asarray(cg.min_curvature)
+    bad = ~diagnostics["ns_cg_converged"]
+    if np.any(bad):
+        diagnostics["ns_unconverged_folds"] = folds.ids[bad]
+        if warn:
+            warnings.warn(
+                f"matrix-free Newton steps: CG did not converge (or met non-positive "
+                f"curvature) for {int(bad.sum())} of {len(bad)} folds; listed in "
+                "diagnostics['ns_unconverged_folds']", ConvergenceWarning, stacklevel=3)
 
 
 def cross_validate(model, data, folds, method: str = "ij", *, params=None, scheme: str = "A",
                    level: str = "within", executor=None, progress: bool = True,
                    checkpoint: str | None = None, batch_size: int | None = None,
-                   exact_batch_size: int = 8, warn: bool = True) -> CVResult:
+                   exact_batch_size: int = 8, warn: bool = True, solver: str = "auto",
+                   max_dense_dim: int = MAX_DENSE_DIM, cg_rtol: float = 1e-8,
+                   cg_max_steps: int = 1000, structure_batch_size: int = 8) -> CVResult:
     """Estimate (``"ij"``, ``"ns"``) or compute (``"exact"``) cross-validation of ``model``.
 
     Args:
@@ -70,12 +126,22 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
         scheme: ``"A"`` or ``"B"``, how left-out units are removed from the training
             objective (within-structure only).
         level: ``"within"`` (units are points of one structure) or ``"structure"``.
-        executor: where exact refits run (see :mod:`approxcv.executors`).
+        executor: where exact refits and, at ``level="structure"``, the per-batch
+            derivatives run (see :mod:`approxcv.executors`).
         progress: show progress bars.
         checkpoint: ``.npz`` path to checkpoint/resume exact refits.
         batch_size: folds per vectorised held-out/Newton batch (default: by memory).
         exact_batch_size: folds refitted together by one ``vmap``.
         warn: emit warnings for inexact fits and jitter (they are always recorded).
+        solver: how ``H`` is used. ``"dense"``: form and Cholesky-factor ``H`` (``D x D``);
+            ``"cg"``: matrix-free Hessian-vector products and conjugate gradients, nothing
+            of size ``D x D`` or ``D x n`` is formed; ``"auto"`` (default): ``"cg"`` when
+            ``D > max_dense_dim``.
+        max_dense_dim: largest ``D`` for which ``"auto"`` forms the dense Hessian.
+        cg_rtol, cg_max_steps: CG relative residual tolerance and step limit (recorded in
+            ``diagnostics``).
+        structure_batch_size: structures per derivative batch at ``level="structure"``
+            (dense solver: ``g``, ``H`` and ``J`` are accumulated batch by batch).
 
     Returns:
         :class:`~approxcv.results.CVResult`.
@@ -89,6 +155,7 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
     check_choice("method", method, METHODS)
     check_choice("scheme", scheme, SCHEMES)
     check_choice("level", level, ("within", "structure"))
+    check_choice("solver", solver, SOLVERS)
     if not all(callable(getattr(model, a, None)) for a in ("objective", "heldout", "fit")):
         raise ArgumentTypeError(
             f"`model` must provide fit/objective/heldout, got {type(model).__name__}")
@@ -114,34 +181,46 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
     if not np.all(np.isfinite(np.asarray(obj.u_full))):
         raise InvalidDataError("`params` lie on the boundary of their domain (a probability "
                                "or rate of 0); the unconstrained parameters are infinite")
-    ones = jnp.ones(num_units)
+    dim = int(obj.u_full.shape[0])
+    if solver == "auto":
+        solver = "cg" if dim > max_dense_dim else "dense"
     t = time.perf_counter()
-    grad, hess, cross_jac = _block(engine.gradient_hessian_jacobian(
-        obj.fun, obj.u_full, ones, obj.data, method == "ij"))
-    factor = engine.factor_hessian(hess, warn=warn)
-    diagnostics = engine.fit_diagnostics(grad, factor, obj.u_full, warn=warn)
+    if solver == "dense":
+        grad, factor, cross_jac = _dense_derivatives(
+            obj, level, method == "ij", executor, structure_batch_size, progress, warn)
+        diagnostics = engine.fit_diagnostics(grad, factor, obj.u_full, warn=warn)
+    else:
+        grad, step, cg_fold, cg_full = _matrix_free_derivatives(
+            obj, weights, method, cg_rtol, cg_max_steps, batch_size)
+        diagnostics = engine.cg_diagnostics(grad, step, cg_full, obj.u_full, cg_rtol,
+                                            cg_max_steps, warn=warn)
+    diagnostics["num_params"] = dim
     stages["derivatives"] = time.perf_counter() - t
     t = time.perf_counter()
-    if method == "ij":
+    if method == "ij" and solver == "dense":
         params_flat = _block(engine.ij_params(factor, cross_jac, obj.u_full, weights))
-        stages["solve"] = time.perf_counter() - t
-    elif method == "ns":
+    elif method == "ij":
+        params_flat = cg_fold  # solved together with the fit diagnostics, in "derivatives"
+    elif method == "ns" and solver == "dense":
         params_flat, min_eigs, jitters = _block(engine.newton_params(
             obj.fun, obj.u_full, weights, obj.data, batch_size or 16))
-        stages["solve"] = time.perf_counter() - t
         diagnostics["ns_hessian_min_eig"] = np.asarray(min_eigs)
         diagnostics["ns_jitter"] = np.asarray(jitters)
         if np.any(diagnostics["ns_jitter"] > 0):
             diagnostics["ns_jittered_folds"] = folds.ids[diagnostics["ns_jitter"] > 0]
+    elif method == "ns":
+        params_flat, cg = _block(engine.newton_params_cg(
+            obj.fun, obj.u_full, weights, obj.data, cg_rtol, cg_max_steps, batch_size or 16))
+        _record_ns_cg(diagnostics, cg, folds, warn)
     else:
         out = engine.exact_params(obj.fun, obj.u_full, weights, folds.ids, data=obj.data,
                                   executor=executor, batch_size=exact_batch_size,
                                   checkpoint=checkpoint, progress=progress, scale=obj.scale)
         params_flat = jnp.asarray(out["u"])
-        stages["refit"] = time.perf_counter() - t
         diagnostics.update({"exact_converged": out["converged"],
                             "exact_num_steps": out["num_steps"],
                             "exact_grad_norm": out["grad_norm"]})
+    stages["refit" if method == "exact" else "solve"] = time.perf_counter() - t
     t = time.perf_counter()
     fold_loss, point_all = heldout_losses(obj, params_flat, weights, batch_size)
     stages["heldout"] = time.perf_counter() - t

@@ -5,34 +5,74 @@ import warnings
 
 import numpy as np
 
-from ..errors import InexactFitWarning
+from ..errors import ConvergenceWarning, InexactFitWarning, NotPositiveDefiniteError
 from .linalg import HessianFactor, solve
 
 #: relative Newton-step size above which the fit is reported as inexact
 INEXACT_FIT_RTOL = 1e-4
 
 
-def fit_diagnostics(grad, factor: HessianFactor, u_full, warn: bool = True) -> dict:
-    """Summarise the fit at ``u_1``.
+def _stationarity(grad, step, u_full, warn: bool) -> dict:
+    """``grad_norm``, ``newton_step_norm = ||H^{-1} g||`` and the inexact-fit flag.
 
-    ``newton_step_norm = ||H^{-1} g||`` measures how far ``u_1`` is from the stationary
-    point; when it exceeds ``1e-4 (1 + ||u_1||)`` an :class:`InexactFitWarning` is raised
-    with the numbers (the IJ still applies at an inexact fit, but the user should know).
-
-    Returns:
-        dict with ``grad_norm``, ``newton_step_norm``, ``hessian_min_eig``,
-        ``hessian_max_eig``, ``jitter``, ``condition_number``, ``inexact_fit``.
+    The fit is inexact when the Newton step to the optimum exceeds ``1e-4 (1 + ||u_1||)``;
+    an :class:`InexactFitWarning` then gives the numbers (the IJ still applies at an
+    inexact fit, but the user should know).
     """
-    grad = np.asarray(grad)
-    grad_norm = float(np.linalg.norm(grad))
-    step_norm = float(np.linalg.norm(np.asarray(solve(factor, grad))))
+    grad_norm = float(np.linalg.norm(np.asarray(grad)))
+    step_norm = float(np.linalg.norm(np.asarray(step)))
     inexact = step_norm > INEXACT_FIT_RTOL * (1.0 + float(np.linalg.norm(np.asarray(u_full))))
     if inexact and warn:
         warnings.warn(
             f"the supplied parameters are not a stationary point: gradient norm {grad_norm:.3g}, "
             f"Newton step to the optimum {step_norm:.3g}; approximate CV is taken around "
-            f"this inexact fit", InexactFitWarning, stacklevel=3)
-    return {"grad_norm": grad_norm, "newton_step_norm": step_norm,
-            "hessian_min_eig": factor.min_eig, "hessian_max_eig": factor.max_eig,
-            "jitter": factor.jitter, "condition_number": factor.condition_number,
-            "inexact_fit": bool(inexact)}
+            f"this inexact fit", InexactFitWarning, stacklevel=4)
+    return {"grad_norm": grad_norm, "newton_step_norm": step_norm, "inexact_fit": bool(inexact)}
+
+
+def fit_diagnostics(grad, factor: HessianFactor, u_full, warn: bool = True) -> dict:
+    """Summarise the fit at ``u_1`` from the dense Hessian factor.
+
+    Returns:
+        dict with ``grad_norm``, ``newton_step_norm``, ``hessian_min_eig``,
+        ``hessian_max_eig``, ``jitter``, ``condition_number``, ``inexact_fit``.
+    """
+    out = _stationarity(grad, solve(factor, np.asarray(grad)), u_full, warn)
+    out.update({"hessian_min_eig": factor.min_eig, "hessian_max_eig": factor.max_eig,
+                "jitter": factor.jitter, "condition_number": factor.condition_number,
+                "solver": "dense"})
+    return out
+
+
+def cg_diagnostics(grad, step, cg, u_full, rtol: float, max_steps: int, warn: bool = True,
+                   name: str = "Hessian") -> dict:
+    """Summarise a matrix-free (CG) solve at ``u_1``.
+
+    ``hessian_min_eig`` is the smallest curvature ``p'Hp / p'p`` met by any CG run: an
+    *upper bound* on the smallest eigenvalue (flagged by ``hessian_min_eig_is_bound``).
+
+    Raises:
+        NotPositiveDefiniteError: CG met a direction of non-positive curvature, so ``H`` is
+            not positive definite and the solve is meaningless.
+    """
+    min_curv = np.asarray(cg.min_curvature)
+    if np.any(min_curv <= 0):
+        raise NotPositiveDefiniteError(
+            f"the {name} is not positive definite: conjugate gradients met a direction of "
+            f"curvature {float(min_curv.min()):.3g} <= 0; is the fit at a minimum? "
+            "(solver='dense' adds a recorded jitter instead)")
+    converged = np.asarray(cg.converged)
+    steps = np.asarray(cg.num_steps)
+    if warn and not converged.all():
+        warnings.warn(
+            f"conjugate gradients did not reach rtol={rtol:g} in {max_steps} steps for "
+            f"{int((~converged).sum())} of {converged.size} systems (largest relative residual "
+            f"{float(np.max(cg.residual_norm)):.3g}); raise `cg_max_steps` "
+            "(recorded in diagnostics['cg_converged'])", ConvergenceWarning, stacklevel=3)
+    out = _stationarity(grad, step, u_full, warn)
+    out.update({"hessian_min_eig": float(min_curv.min()), "hessian_min_eig_is_bound": True,
+                "hessian_max_eig": float("nan"), "jitter": 0.0,
+                "condition_number": float("nan"), "solver": "cg", "cg_rtol": float(rtol),
+                "cg_max_steps": int(max_steps), "cg_num_steps": steps,
+                "cg_residual": np.asarray(cg.residual_norm), "cg_converged": converged})
+    return out

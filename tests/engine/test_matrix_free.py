@@ -1,0 +1,94 @@
+"""Matrix-free (HVP + CG) IJ and NS, and structure-level derivative accumulation, against the
+dense computations on problems small enough for both."""
+import concurrent.futures as cf
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import approxcv as acv
+from approxcv import engine
+from approxcv.errors import NotPositiveDefiniteError
+from tests.conftest import simulate_gaussian_hmm, simulate_poisson_hmm
+
+
+def test_conjugate_gradient_solves_spd_systems_and_flags_indefinite_ones():
+    rng = np.random.default_rng(0)
+    d, m = 12, 3
+    a = rng.normal(size=(d, d))
+    spd = a @ a.T + 0.5 * np.eye(d)
+    rhs = rng.normal(size=(m, d))
+    sol = engine.conjugate_gradient(lambda v: v @ jnp.asarray(spd), jnp.asarray(rhs), 1e-12, 200)
+    np.testing.assert_allclose(np.asarray(sol.x), np.linalg.solve(spd, rhs.T).T, rtol=1e-8,
+                               atol=1e-10)
+    assert np.all(np.asarray(sol.converged))
+    # the smallest curvature seen is an upper bound on lambda_min and a lower bound on lambda_max
+    eigs = np.linalg.eigvalsh(spd)
+    assert np.all(np.asarray(sol.min_curvature) >= eigs[0] - 1e-9)
+    assert np.all(np.asarray(sol.min_curvature) <= eigs[-1] + 1e-9)
+
+    indefinite = spd - (eigs[0] + 1.0) * np.eye(d)
+    bad = engine.conjugate_gradient(lambda v: v @ jnp.asarray(indefinite), jnp.asarray(rhs),
+                                    1e-12, 200)
+    assert not np.any(np.asarray(bad.converged))
+    with pytest.raises(NotPositiveDefiniteError, match="curvature"):
+        engine.cg_diagnostics(np.zeros(d), np.zeros(d), bad, np.zeros(d), 1e-12, 200)
+
+
+@pytest.fixture(scope="module")
+def poisson_fit():
+    x = simulate_poisson_hmm(150, seed=3)
+    model = acv.models.PoissonHMM(2, n_init=2)
+    return model, x, model.fit(x)
+
+
+@pytest.mark.parametrize("method", ["ij", "ns"])
+def test_matrix_free_equals_dense_within_a_sequence(poisson_fit, method):
+    model, x, params = poisson_fit
+    folds = acv.folds.iid(len(x), 0.1, 6, seed=1)
+    dense = acv.cross_validate(model, x, folds, method, params=params, solver="dense",
+                               progress=False)
+    cg = acv.cross_validate(model, x, folds, method, params=params, solver="cg",
+                            cg_rtol=1e-12, progress=False)
+    np.testing.assert_allclose(cg.params_flat, dense.params_flat, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(cg.fold_loss, dense.fold_loss, rtol=1e-9)
+    assert cg.diagnostics["solver"] == "cg" and dense.diagnostics["solver"] == "dense"
+    assert cg.diagnostics["hessian_min_eig"] >= dense.diagnostics["hessian_min_eig"] - 1e-9
+    np.testing.assert_allclose(cg.diagnostics["newton_step_norm"],
+                               dense.diagnostics["newton_step_norm"], rtol=1e-4, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def sequences_fit():
+    seqs = [simulate_gaussian_hmm(t, R=2, seed=s) for s, t in enumerate([40, 55, 30, 48, 60])]
+    model = acv.models.GaussianHMM(2, n_init=2)
+    return model, seqs, model.fit(seqs)
+
+
+@pytest.mark.parametrize("method", ["ij", "ns"])
+def test_matrix_free_equals_dense_leave_one_sequence_out(sequences_fit, method):
+    model, seqs, params = sequences_fit
+    folds = acv.folds.leave_one_out(len(seqs))
+    kw = dict(params=params, level="structure", progress=False)
+    dense = acv.cross_validate(model, seqs, folds, method, solver="dense", **kw)
+    cg = acv.cross_validate(model, seqs, folds, method, solver="cg", cg_rtol=1e-12, **kw)
+    np.testing.assert_allclose(cg.params_flat, dense.params_flat, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(cg.fold_loss, dense.fold_loss, rtol=1e-9)
+    if method == "ij":  # "auto" picks CG once D exceeds the threshold
+        auto = acv.cross_validate(model, seqs, folds, method, max_dense_dim=3, **kw)
+        assert auto.diagnostics["solver"] == "cg"
+
+
+def test_structure_accumulation_equals_one_sweep_and_runs_on_executors(sequences_fit):
+    model, seqs, params = sequences_fit
+    prepared, level, n = model.prepare(seqs, "structure")
+    obj = engine.make_objective(model, prepared, params, "A", level, n)
+    g, h, j = engine.gradient_hessian_jacobian(obj.fun, obj.u_full, jnp.ones(n), obj.data, True)
+    # batches of 3: the second is padded with a zero-weight copy; run on two threads
+    with cf.ThreadPoolExecutor(2) as executor:
+        ga, ha, ja = engine.structure_derivatives(obj.fun, obj.u_full, obj.data, n,
+                                                  batch_size=3, chunk=4, executor=executor)
+    np.testing.assert_allclose(ga, np.asarray(g), rtol=1e-9, atol=1e-8)
+    np.testing.assert_allclose(ha, np.asarray(h), rtol=1e-9, atol=1e-8)
+    np.testing.assert_allclose(ja, np.asarray(j), rtol=1e-9, atol=1e-8)
+
