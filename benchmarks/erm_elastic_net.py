@@ -17,9 +17,6 @@ Writes ``benchmarks/results/erm_elastic_net[_quick].json`` and ``.png``.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import time
 import warnings
 
@@ -27,9 +24,7 @@ import numpy as np
 
 from approxcv.models.elastic_net import ElasticNet, SupportChangeWarning
 from approxcv.tuning import aloocv, exact_cv, tune_regularization
-
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-
+from _common import figure, run, save_figure, write_results
 
 def simulate(n, p=50, nonzero=8, seed=0):
     """``y = X beta + N(0, 1)``; ``beta`` (fixed across calls) has ``nonzero`` entries."""
@@ -119,14 +114,10 @@ def main(quick: bool = False):
                                            "the support, warm-started, vmap over folds"},
            "tuning": tuning_runs(train, test, iters, every),
            "timing": timing([100, 200] if quick else [100, 200, 400, 800, 1600])}
-    os.makedirs(RESULTS, exist_ok=True)
-    stem = os.path.join(RESULTS, "erm_elastic_net" + ("_quick" if quick else ""))
-    with open(stem + ".json", "w") as f:
-        json.dump(out, f, indent=1, default=float)
-    plot(out, stem + ".png")
-    for name, run in out["tuning"].items():
-        print(name, {k: v for k, v in run.items() if k != "path"})
-        for row in run["path"]:
+    write_results("erm_elastic_net", quick, out, plot)
+    for name, path_run in out["tuning"].items():
+        print(name, {k: v for k, v in path_run.items() if k != "path"})
+        for row in path_run["path"]:
             print("  ", row)
     for row in out["timing"]:
         print(row)
@@ -134,17 +125,14 @@ def main(quick: bool = False):
 
 
 def plot(out, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for name, run in out["tuning"].items():
-        it = [r["iteration"] for r in run["path"]]
+    fig, axes = figure(1, 2, figsize=(10, 3.8))
+    for name, path_run in out["tuning"].items():
+        it = [r["iteration"] for r in path_run["path"]]
         label = "Alg. 1" if name == "full" else "Alg. 2"
-        axes[0].plot(it, [r["aloocv"] for r in run["path"]], marker="o", ms=3,
+        axes[0].plot(it, [r["aloocv"] for r in path_run["path"]], marker="o", ms=3,
                      label=f"ALOOCV ({label})")
-        axes[0].plot(it, [r["exact_loo"] for r in run["path"]], "--", label=f"exact LOO ({label})")
-        axes[0].plot(it, [r["test_loss"] for r in run["path"]], ":", label=f"test ({label})")
+        axes[0].plot(it, [r["exact_loo"] for r in path_run["path"]], "--", label=f"exact LOO ({label})")
+        axes[0].plot(it, [r["test_loss"] for r in path_run["path"]], ":", label=f"test ({label})")
     axes[0].set_xlabel("iteration")
     axes[0].set_ylabel("1/2 squared error")
     axes[0].legend(fontsize=7)
@@ -155,13 +143,8 @@ def plot(out, path):
     axes[1].set_xlabel("n")
     axes[1].set_ylabel("seconds")
     axes[1].legend(fontsize=7)
-    fig.suptitle("Elastic net (p=50): tuning (lam1, lam2) by ALOOCV, and timing")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, "Elastic net (p=50): tuning (lam1, lam2) by ALOOCV, and timing")
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fast smoke run")
-    main(parser.parse_args().quick)
+    run(main, __doc__)

@@ -77,23 +77,13 @@ def glm_hessian(terms: GLMTerms, penalty_hessian):
 def map_batches(fun, xs, batch_size: int | None):
     """``vmap(fun)`` over the leading axis of the pytree ``xs``, ``batch_size`` rows at a time.
 
-    Like ``lax.map(fun, xs, batch_size=...)``, but the rows are zero-padded to a multiple
-    of ``batch_size`` and mapped as ``(n_batches, batch_size)``: ``lax.map`` with a
-    remainder batch was seen to deadlock on the XLA CPU backend (JAX 0.10, 2 cores).
-    ``fun`` must accept all-zero rows (padding) without raising.
+    ``lax.map(fun, xs, batch_size=batch_size)`` (memory ``O(batch_size)`` rows of work), or
+    one ``vmap`` when ``batch_size`` is ``None`` or covers all rows.
     """
     n = jax.tree_util.tree_leaves(xs)[0].shape[0]
     if batch_size is None or batch_size >= n:
         return jax.vmap(fun)(xs)
-    n_batches = -(-n // batch_size)
-    pad = n_batches * batch_size - n
-
-    def _split(x):
-        x = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
-        return x.reshape((n_batches, batch_size) + x.shape[1:])
-
-    out = lax.map(jax.vmap(fun), jax.tree_util.tree_map(_split, xs))
-    return jax.tree_util.tree_map(lambda y: y.reshape((-1,) + y.shape[2:])[:n], out)
+    return lax.map(fun, xs, batch_size=batch_size)
 
 
 # ---------------------------------------------------------------- Cholesky updates

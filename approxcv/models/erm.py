@@ -123,10 +123,14 @@ def damped_newton(fun, u, w, args, max_steps: int = 50, hess_fn=None):
     step is followed by one confirming step), when no step is accepted, or after
     ``max_steps``. Pure and ``vmap``-able.
 
+    Args:
+        fun: ``fun(u, w, args)``; u: ``(D,)`` start; w: ``(n,)``; args: passed to ``fun``.
+        max_steps: step limit; hess_fn: ``hess_fn(u, w, args)`` (default ``jax.hessian(fun)``).
+
     Returns:
         ``(u (D,), ||grad F(u)||, num_steps)``.
     """
-    grad, hess = jax.grad(fun), jax.hessian(fun)
+    grad, hess = jax.grad(fun), hess_fn or jax.hessian(fun)
 
     def _newton_step(carry):
         """One damped Newton step; the flag says whether to continue."""
@@ -135,13 +139,13 @@ def damped_newton(fun, u, w, args, max_steps: int = 50, hess_fn=None):
         step = jnp.linalg.solve(hess(u, w, args), g)
         f0, slope = fun(u, w, args), jnp.dot(g, step)
 
-        def _armijo_fails(state):
-            t, j = state
-            return ~(fun(u - t * step, w, args) <= f0 - 1e-4 * t * slope) & (j < 20)
-
-        t, j = jax.lax.while_loop(_armijo_fails, lambda s: (0.5 * s[0], s[1] + 1),
-                                  (jnp.asarray(1.0), 0))
-        armijo = j < 20
+        # Armijo backtracking over the fixed ladder t = 2^-j, j < 20, evaluated at once: a
+        # nested lax.while_loop here never returned under vmap for some Poisson problems
+        ladder = 0.5 ** jnp.arange(20.0)
+        values = jax.vmap(lambda t: fun(u - t * step, w, args))(ladder)
+        accept = values <= f0 - 1e-4 * ladder * slope
+        armijo = jnp.any(accept)
+        t = ladder[jnp.argmax(accept)]
         full_gnorm = jnp.linalg.norm(grad(u - step, w, args))
         u_new = jnp.where(armijo, u - t * step, jnp.where(full_gnorm < gnorm, u - step, u))
         moved = jnp.all(jnp.isfinite(u_new)) & jnp.any(u_new != u)

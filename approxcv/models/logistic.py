@@ -12,8 +12,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from ..errors import InvalidDataError
-from .erm import ERM
+from ._glm import GLM
 
 __all__ = ["Logistic", "LogisticParams"]
 
@@ -24,28 +23,26 @@ class LogisticParams(NamedTuple):
     intercept: jax.Array
 
 
-class Logistic(ERM):
+class Logistic(GLM):
     """Logistic regression with an L2 penalty. Data: ``(X (n, p), y (n,))``, ``y`` in {0, 1}.
 
-    Args:
-        lam: penalty weight ``>= 0``, a scalar or one per feature.
-        fit_intercept: fit an unpenalised intercept.
-        max_steps: BFGS step limit.
+    Same minimiser as scikit-learn's ``LogisticRegression(C=1/lam)`` (scalar ``lam``).
+    Arguments as :class:`~approxcv.models._glm.GLM`.
     """
     params_type = LogisticParams
+    response = "binary labels 0/1"
+    mean = staticmethod(jax.nn.sigmoid)
 
     @staticmethod
     def loss(eta, y):
         """Log-loss ``log(1 + e^eta) - y eta``."""
         return jax.nn.softplus(eta) - y * eta
 
-    def _validate_y(self, y):
-        bad = ~np.isin(y, (0.0, 1.0))
-        if np.any(bad):
-            raise InvalidDataError(f"`y` must hold binary labels 0/1 for {type(self).__name__}; "
-                                   f"found value {y[np.argmax(bad)]!r}")
-        return y
+    @staticmethod
+    def valid_response(y):
+        """``y in {0, 1}``."""
+        return np.isin(y, (0.0, 1.0))
 
     def predict_proba(self, params, X):
         """``P(y = 1 | x)`` ``(n,)``."""
-        return np.asarray(jax.nn.sigmoid(self.predict_linear(params, X)))
+        return self.predict_mean(params, X)

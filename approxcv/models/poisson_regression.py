@@ -14,8 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from ..errors import InvalidDataError
-from .erm import ERM
+from ._glm import GLM
 
 __all__ = ["PoissonRegression", "PoissonRegressionParams"]
 
@@ -26,27 +25,22 @@ class PoissonRegressionParams(NamedTuple):
     intercept: jax.Array
 
 
-class PoissonRegression(ERM):
+class PoissonRegression(GLM):
     """Poisson regression. Data: ``(X (n, p), y (n,))`` with non-negative integer counts ``y``.
 
-    Args:
-        lam: penalty weight ``>= 0``, a scalar or one per feature.
-        fit_intercept: fit an unpenalised intercept.
-        max_steps: BFGS step limit.
+    Same minimiser as scikit-learn's ``PoissonRegressor(alpha=lam / n)`` (scalar ``lam``).
+    Arguments as :class:`~approxcv.models._glm.GLM`.
     """
     params_type = PoissonRegressionParams
+    response = "non-negative integer counts"
+    mean = staticmethod(jnp.exp)
 
     @staticmethod
     def loss(eta, y):
         """Poisson NLL ``exp(eta) - y eta + log y!``."""
         return jnp.exp(eta) - y * eta + gammaln(y + 1.0)
 
-    def _validate_y(self, y):
-        if np.any(y < 0) or np.any(y != np.round(y)):
-            raise InvalidDataError(f"`y` must hold non-negative integer counts for "
-                                   f"{type(self).__name__}; min {y.min():.3g}")
-        return y
-
-    def predict_mean(self, params, X):
-        """``E[y | x] = exp(eta)`` ``(n,)``."""
-        return np.asarray(jnp.exp(self.predict_linear(params, X)))
+    @staticmethod
+    def valid_response(y):
+        """``y in {0, 1, 2, ...}``."""
+        return (y >= 0) & (y == np.round(y))

@@ -105,15 +105,25 @@ def test_logistic_fit_matches_sklearn(reg):
     np.testing.assert_allclose(params.intercept, ref.intercept_[0], rtol=1e-5, atol=1e-7)
 
 
-def test_poisson_fit_matches_sklearn():
-    """sklearn minimises mean deviance / 2 + alpha/2 ||w||^2, so lam = n * alpha."""
+def test_poisson_fit_matches_sklearn_and_exact_loo_refits():
+    """sklearn minimises mean deviance / 2 + alpha/2 ||w||^2, so lam = n * alpha. Exact LOO
+    (warm-started vmapped Newton) equals independent BFGS fits of the weighted objective,
+    and ALOOCV is close to it."""
     rng = np.random.default_rng(3)
     X = rng.normal(size=(60, 3))
     y = rng.poisson(np.exp(0.5 + X @ [0.4, -0.3, 0.0])).astype(float)
-    params = PoissonRegression(60 * 0.05).fit((X, y))
+    model = PoissonRegression(60 * 0.05)
+    params = model.fit((X, y))
     ref = linear_model.PoissonRegressor(alpha=0.05, tol=1e-12, max_iter=10_000).fit(X, y)
     np.testing.assert_allclose(params.coef, ref.coef_, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(params.intercept, ref.intercept_, rtol=1e-6)
+    exact, _, u, converged = exact_cv(model, (X, y), params)
+    assert converged.all()
+    data = model.prepare((X, y))[0]
+    for i in (0, 7):
+        fold, _ = model.fit_flat(data, model.lam_vector(), weights=np.arange(60) != i)
+        np.testing.assert_allclose(u[i], fold, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(aloocv(model, (X, y), params).estimate, exact, rtol=0.01)
 
 
 # ------------------------------------------------------------ elastic net
@@ -154,17 +164,22 @@ def test_elastic_net_support_rule_is_exact_when_support_is_kept(enet_data):
     np.testing.assert_allclose(approx.loo_losses()[same], np.diag(points)[same], rtol=1e-8)
 
 
-def test_elastic_net_on_support_model_runs_through_cross_validate(enet_data):
+def test_elastic_net_through_cross_validate_uses_support_surrogate(enet_data):
+    """cross_validate(ElasticNet, "ns") differentiates the surrogate on the support: it equals
+    cross_validate on ``on_support``'s model and the ALOOCV of ``aloocv``."""
     X, y = enet_data
     model = ElasticNet(3.0, 0.5)
     params = model.fit((X, y))
+    loo = acv.folds.leave_one_out(len(y))
+    res = acv.cross_validate(model, (X, y), loo, method="ns", params=params, progress=False)
     sub_model, sub_params = model.on_support(params)
-    res = acv.cross_validate(sub_model, (X, y), acv.folds.leave_one_out(len(y)), method="ns",
-                             params=sub_params, progress=False)
+    sub = acv.cross_validate(sub_model, (X, y), loo, method="ns", params=sub_params,
+                             progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SupportChangeWarning)
         ours = aloocv(model, (X, y), params).loo_losses()
     np.testing.assert_allclose(res.fold_loss, ours, rtol=1e-9)
+    np.testing.assert_allclose(sub.fold_loss, ours, rtol=1e-9)
 
 
 # ------------------------------------------------------------- bad inputs
@@ -217,3 +232,21 @@ def test_bad_penalty_weights_raise():
     X = np.random.default_rng(0).normal(size=(8, 3))
     with pytest.raises(InvalidArgumentError, match="`lam` has 2 entries but `X` has 3"):
         Ridge([1.0, 2.0]).prepare((X, X[:, 0]))
+
+
+# ------------------------------------------------- through cross_validate
+def test_cross_validate_ridge_kfold_all_methods_agree(reg):
+    """Ridge is quadratic: NS (one Newton step) and exact k-fold CV coincide, and IJ differs
+    from them only by the Hessian change, which the leave-q-out ALOOCV accounts for."""
+    X, y = reg
+    model = Ridge(1.3)
+    params = model.fit((X, y))
+    folds = acv.folds.kfold(len(y), 5, seed=0)
+    res = {m: acv.cross_validate(model, (X, y), folds, method=m, params=params, progress=False)
+           for m in ("ij", "ns", "exact")}
+    np.testing.assert_allclose(res["ns"].fold_loss, res["exact"].fold_loss, rtol=1e-8)
+    np.testing.assert_allclose(aloocv(model, (X, y), params, folds=folds).fold_loss,
+                               res["exact"].fold_loss, rtol=1e-8)
+    np.testing.assert_allclose(aloocv(model, (X, y), params, folds=folds, method="ij").fold_loss,
+                               res["ij"].fold_loss, rtol=1e-10)
+    assert not np.allclose(res["ij"].fold_loss, res["exact"].fold_loss, rtol=1e-3)

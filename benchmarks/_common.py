@@ -1,0 +1,48 @@
+"""Shared tail of the benchmark scripts: command line, JSON and PNG output.
+
+Every script ``benchmarks/<name>.py`` has a ``main(quick)`` that returns a JSON-able dict and
+a ``plot(out, path)``; :func:`run` parses ``--quick`` and :func:`write_results` writes
+``benchmarks/results/<name>[_quick].json`` and ``.png`` (the quick outputs are git-ignored).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def write_results(name: str, quick: bool, out: dict, plot) -> str:
+    """Write ``out`` as JSON and ``plot(out, png_path)``; return the path stem."""
+    os.makedirs(RESULTS, exist_ok=True)
+    stem = os.path.join(RESULTS, name + ("_quick" if quick else ""))
+    with open(stem + ".json", "w") as f:
+        json.dump(out, f, indent=1, default=float)
+    plot(out, stem + ".png")
+    return stem
+
+
+def figure(*args, **kwargs):
+    """``plt.subplots(*args, **kwargs)`` on the non-interactive Agg backend."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt.subplots(*args, **kwargs)
+
+
+def save_figure(fig, path: str, title: str | None = None):
+    """Add a title, lay out, save at 120 dpi and close."""
+    import matplotlib.pyplot as plt
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(main, doc: str):
+    """Command line ``python <script> [--quick]`` calling ``main(quick)``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fast smoke run")
+    return main(parser.parse_args().quick)
