@@ -215,7 +215,8 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
     else:
         out = engine.exact_params(obj.fun, obj.u_full, weights, folds.ids, data=obj.data,
                                   executor=executor, batch_size=exact_batch_size,
-                                  checkpoint=checkpoint, progress=progress, scale=obj.scale)
+                                  checkpoint=checkpoint, progress=progress, scale=obj.scale,
+                                  solver=getattr(model, "exact_solver", "bfgs"))
         params_flat = jnp.asarray(out["u"])
         diagnostics.update({"exact_converged": out["converged"],
                             "exact_num_steps": out["num_steps"],

@@ -90,3 +90,99 @@ def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int):
         return minimize(lambda u, a: fun(u, a[0], a[1]), u0, (w, data), max_steps=max_steps,
                         scale=scale, newton_steps=newton_steps)
     return jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
+
+
+def newton_minimize(fun, u0, args=None, *, max_steps: int = 30, scale: float = 1.0,
+                    gtol: float = 1e-7, max_tries: int = 40) -> MinimizeResult:
+    """Minimise ``fun(u, args)`` by damped (Levenberg-Marquardt) Newton with a dense Hessian.
+
+    Each step factors ``H + mu I`` by Cholesky, ``d = (H + mu I)^{-1} g``, and accepts
+    ``u - d`` when it is finite and satisfies ``F(u - d) <= F(u) - 1e-4 g^T d``; otherwise
+    ``mu`` grows tenfold (from ``1e-6 mean|diag H|``) and the step is retried without a new
+    Hessian. After an accepted step ``mu`` shrinks tenfold (to 0, the plain Newton step, once
+    it is below ``1e-9 mean|diag H|``), so near a minimum with a positive definite Hessian
+    every step is a full Newton step and convergence is quadratic. The loop stops when the
+    Newton decrement ``g^T d / scale`` is below ``1e-20`` (round-off), when no ``mu`` gives
+    a decrease, or after ``max_steps`` Hessians.
+
+    Meant for exact-CV refits warm-started at the full-data fit of models with a few hundred
+    parameters and long data: a handful of steps, each one Hessian, instead of hundreds of
+    BFGS steps, ending at round-off-level gradients.
+
+    Args:
+        fun: scalar function ``fun(u, args)`` of a flat ``(D,)`` vector.
+        u0: starting point ``(D,)``.
+        args: passed through to ``fun``.
+        max_steps: limit on Newton steps (Hessian evaluations).
+        scale: positive constant dividing the objective (e.g. the number of units).
+        gtol: converged when ``||grad F|| / scale <= gtol`` at the end.
+        max_tries: damping values tried per step.
+
+    Returns:
+        :class:`MinimizeResult` (``num_steps`` counts Newton steps).
+    """
+    def scaled(u):
+        return fun(u, args) / scale
+
+    value_and_grad = jax.value_and_grad(scaled)
+    hess = jax.hessian(scaled)
+
+    def _damped_step(u, f0, g, h, mu0):
+        """Smallest ``mu`` on the ladder ``mu0, 10 mu0, ...`` giving a sufficient decrease."""
+        h = 0.5 * (h + h.T)
+        diag_scale = jnp.mean(jnp.abs(jnp.diag(h))) + 1e-300
+        eye = jnp.eye(h.shape[0], dtype=h.dtype)
+
+        def _try(mu):
+            chol = jnp.linalg.cholesky(h + mu * eye)
+            d = jax.scipy.linalg.cho_solve((chol, True), g)
+            slope = jnp.dot(g, d)
+            f_new = scaled(u - d)
+            ok = (jnp.all(jnp.isfinite(chol)) & jnp.isfinite(f_new)
+                  & (f_new <= f0 - 1e-4 * slope))
+            return d, slope, ok
+
+        def _cond(state):
+            _, _, _, ok, k = state
+            return (~ok) & (k < max_tries)
+
+        def _body(state):
+            mu, _, _, _, k = state
+            mu = jnp.where(k == 0, mu, jnp.maximum(10.0 * mu, 1e-6 * diag_scale))
+            d, slope, ok = _try(mu)
+            return mu, d, slope, ok, k + 1
+
+        zero = jnp.zeros_like(u)
+        mu, d, slope, ok, _ = lax.while_loop(
+            _cond, _body, (mu0 * diag_scale, zero, jnp.asarray(0.0, u.dtype), False, 0))
+        mu_next = jnp.where(mu < 1e-8 * diag_scale, 0.0, 0.1 * mu / diag_scale)
+        return jnp.where(ok, d, zero), slope, ok, mu_next
+
+    def _cond(state):
+        _, _, k, done = state
+        return (~done) & (k < max_steps)
+
+    def _body(state):
+        """One damped Newton step (one Hessian)."""
+        u, mu, k, _ = state
+        f0, g = value_and_grad(u)
+        d, slope, ok, mu = _damped_step(u, f0, g, hess(u), mu)
+        done = (~ok) | (slope <= 1e-20)
+        return u - d, mu, k + 1, done
+
+    u0 = jnp.asarray(u0, jnp.float64)
+    u, _, steps, _ = lax.while_loop(_cond, _body, (u0, jnp.asarray(0.0, u0.dtype), 0, False))
+    value = fun(u, args)
+    grad_norm = jnp.linalg.norm(jax.grad(fun)(u, args))
+    converged = (grad_norm <= gtol * scale) & jnp.isfinite(value) & jnp.all(jnp.isfinite(u))
+    return MinimizeResult(u, value, grad_norm, converged, steps)
+
+
+@functools.lru_cache(maxsize=64)
+def batched_newton_minimize(fun, scale: float, max_steps: int):
+    """``jit(vmap(newton_minimize))`` for ``fun(u, w, data)``; same calling convention as
+    :func:`batched_minimize`: ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult``."""
+    def one(u0, w, data):
+        return newton_minimize(lambda u, a: fun(u, a[0], a[1]), u0, (w, data),
+                               max_steps=max_steps, scale=scale)
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, None)))

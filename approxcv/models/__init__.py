@@ -18,3 +18,5 @@ __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "PoissonRegression", "PoissonRegressionParams", "ElasticNet", "ElasticNetOnSupport",
            "ElasticNetParams", "SupportChangeWarning"]
 __all__ += ["ARHMM", "ARHMMParams", "NeuralARHMM", "NeuralARHMMParams"]
+from .time_varying_poisson import TimeVaryingPoisson, TimeVaryingPoissonParams  # noqa: E402
+__all__ += ["TimeVaryingPoisson", "TimeVaryingPoissonParams"]
