@@ -274,6 +274,7 @@ class ARHMM(AutoregressiveEmissions):
         var_shape, var_scale: inverse-gamma prior of each variance (``covariance="diag"``).
         cov_dof, cov_scale: inverse-Wishart ``IW(cov_dof, cov_scale I)`` (``"full"``);
             ``cov_dof=None`` means ``R + 2``.
+        newton_max_dim: largest ``D`` for which :meth:`fit` polishes with exact Newton steps.
         **kwargs: :class:`~approxcv.models.hmm.HMM` options (``n_init``, ``seed``,
             ``max_steps``, Dirichlet concentrations).
 
