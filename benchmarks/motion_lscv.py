@@ -145,7 +145,12 @@ def main(argv=None):
     parser.add_argument("--exact-folds", type=int, default=None,
                         help="folds refitted exactly (default 3 full, 2 quick)")
     parser.add_argument("--hidden", type=int, default=None, help="neural hidden units")
+    parser.add_argument("--orders", type=str, default=None,
+                        help="comma-separated AR orders (default 0,1,2,3,4,5; quick 0,1)")
     parser.add_argument("--ns", action="store_true", help="also run NS (64 Hessians/model)")
+    parser.add_argument("--report-partial", action="store_true",
+                        help="write the JSON/PNG from the rows finished so far by a running "
+                             "or interrupted full run (marked incomplete)")
     args = parser.parse_args(argv)
     data = acv.datasets.load_basic_motions()
     train_idx, test_idx = split(data.labels, 4, seed=0)
@@ -158,7 +163,8 @@ def main(argv=None):
     mean, sd = flat.mean(0), flat.std(0)
     train = [(x[i] - mean) / sd for i in train_idx]
     test = [(x[i] - mean) / sd for i in test_idx]
-    orders = (0, 1) if args.quick else tuple(range(6))
+    orders = ((0, 1) if args.quick else tuple(range(6))) if args.orders is None else tuple(
+        int(p) for p in args.orders.split(","))
     hidden = args.hidden or (4 if args.quick else 8)
     n_exact = args.exact_folds or (2 if args.quick else 3)
     exact_folds = np.sort(np.random.default_rng(2).permutation(len(train))[:n_exact])
@@ -168,6 +174,9 @@ def main(argv=None):
     t0 = time.perf_counter()
     stem = "motion_lscv_quick" if args.quick else "motion_lscv"
     OUT.mkdir(exist_ok=True)
+    if args.report_partial:
+        rows = json.loads((OUT / f"{stem}.partial.json").read_text())
+        models = []
     for name, model in models:
         row = run_model(name, model, train, test, exact_folds, args.ns)
         rows.append(row)
@@ -193,12 +202,16 @@ def main(argv=None):
                        "IJ Hessian fits in memory (the matrix-free engine path is needed for "
                        "D in the thousands)"),
         "timing_note": "IJ time = one cold cross_validate call incl. JIT compilation",
-        "quick": args.quick, "total_seconds": time.perf_counter() - t0,
+        "quick": args.quick,
+        "complete": len(rows) == len(orders) + 1,
+        "models_run": [r["model"] for r in rows],
+        "total_seconds": None if args.report_partial else time.perf_counter() - t0,
         "platform": platform.platform(), "rows": rows}
     (OUT / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (OUT / f"{stem}.partial.json").unlink()
+    if not args.report_partial:
+        (OUT / f"{stem}.partial.json").unlink()
     plot(rows, OUT / f"{stem}.png")
-    print(f"wrote {OUT / stem}.json/.png in {result['total_seconds']:.0f}s")
+    print(f"wrote {OUT / stem}.json/.png")
 
 
 if __name__ == "__main__":

@@ -111,6 +111,9 @@ def main(argv=None):
         for kind, f in folds.items():
             row[kind] = run(model, params, x, f, kind)
         rows.append(row)
+        OUT.mkdir(exist_ok=True)
+        (OUT / ("motion_lwcv_quick" if args.quick else "motion_lwcv")).with_suffix(
+            ".partial.json").write_text(json.dumps(rows, indent=1))
     result = {"description": __doc__.split("\n\n")[0],
               "sequence": f"{n_per_class} training sequences per activity of the motion_lscv "
                           f"split, interleaved by class and concatenated (T={T}); sequence "
@@ -122,6 +125,7 @@ def main(argv=None):
     OUT.mkdir(exist_ok=True)
     stem = "motion_lwcv_quick" if args.quick else "motion_lwcv"
     (OUT / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (OUT / f"{stem}.partial.json").unlink(missing_ok=True)
     plot(rows, OUT / f"{stem}.png")
     print(f"wrote {OUT / stem}.json/.png in {result['total_seconds']:.0f}s")
 
