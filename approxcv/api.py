@@ -20,9 +20,7 @@ __all__ = ["cross_validate"]
 METHODS = ("ij", "ns", "exact")
 SCHEMES = ("A", "B")
 SOLVERS = ("auto", "dense", "cg")
-#: largest number of parameters for which ``solver="auto"`` forms the dense Hessian
-#: (3,000 x 3,000 doubles = 72 MB; its eigen-decomposition takes seconds)
-MAX_DENSE_DIM = 3000
+MAX_DENSE_DIM = engine.MAX_DENSE_DIM
 
 
 def _block(tree):
@@ -112,7 +110,8 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
                    checkpoint: str | None = None, batch_size: int | None = None,
                    exact_batch_size: int = 8, warn: bool = True, solver: str = "auto",
                    max_dense_dim: int = MAX_DENSE_DIM, cg_rtol: float = 1e-8,
-                   cg_max_steps: int = 1000, structure_batch_size: int = 8) -> CVResult:
+                   cg_max_steps: int = 1000, structure_batch_size: int = 8,
+                   exact_solver: str | None = None) -> CVResult:
     """Estimate (``"ij"``, ``"ns"``) or compute (``"exact"``) cross-validation of ``model``.
 
     Args:
@@ -142,6 +141,10 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
             ``diagnostics``).
         structure_batch_size: structures per derivative batch at ``level="structure"``
             (dense solver: ``g``, ``H`` and ``J`` are accumulated batch by batch).
+        exact_solver: optimiser of exact refits: ``"bfgs"``, ``"newton"`` (damped Newton,
+            dense Hessian) or ``"lbfgs"``; default: the model's ``exact_solver`` attribute
+            if it has one, else ``"lbfgs"`` when ``D > max_dense_dim`` and ``"bfgs"``
+            otherwise (recorded in ``diagnostics["exact_solver"]``).
 
     Returns:
         :class:`~approxcv.results.CVResult`.
@@ -213,10 +216,15 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
             obj.fun, obj.u_full, weights, obj.data, cg_rtol, cg_max_steps, batch_size or 16))
         _record_ns_cg(diagnostics, cg, folds, warn)
     else:
+        if exact_solver is None:
+            exact_solver = getattr(model, "exact_solver", None) or (
+                "lbfgs" if dim > max_dense_dim else "bfgs")
+        check_choice("exact_solver", exact_solver, engine.exact.SOLVERS)
+        diagnostics["exact_solver"] = exact_solver
         out = engine.exact_params(obj.fun, obj.u_full, weights, folds.ids, data=obj.data,
                                   executor=executor, batch_size=exact_batch_size,
                                   checkpoint=checkpoint, progress=progress, scale=obj.scale,
-                                  solver=getattr(model, "exact_solver", "bfgs"))
+                                  solver=exact_solver)
         params_flat = jnp.asarray(out["u"])
         diagnostics.update({"exact_converged": out["converged"],
                             "exact_num_steps": out["num_steps"],

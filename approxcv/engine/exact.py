@@ -11,7 +11,7 @@ from ..errors import ConvergenceWarning, InvalidArgumentError
 from ..executors import run_batches
 from .optimize import batched_minimize, batched_newton_minimize
 
-SOLVERS = ("bfgs", "newton")
+SOLVERS = ("bfgs", "newton", "lbfgs")
 
 
 class RefitBatch:
@@ -19,7 +19,8 @@ class RefitBatch:
 
     ``solver="bfgs"``: :func:`~approxcv.engine.minimize` (BFGS + Newton polish);
     ``solver="newton"``: :func:`~approxcv.engine.optimize.newton_minimize` (damped Newton,
-    ``max_steps`` Newton steps). ``__call__(u_full, weights, data) -> (u (b, D),
+    ``max_steps`` Newton steps); ``solver="lbfgs"``: L-BFGS without Newton polish (large
+    ``D``: nothing of size ``D x D``). ``__call__(u_full, weights, data) -> (u (b, D),
     converged (b,), num_steps (b,), grad_norm (b,))`` as NumPy arrays.
     """
 
@@ -32,7 +33,9 @@ class RefitBatch:
         if getattr(self, "solver", "bfgs") == "newton":
             solver = batched_newton_minimize(self.fun, self.scale, self.max_steps)
         else:
-            solver = batched_minimize(self.fun, self.scale, self.max_steps, self.newton_steps)
+            method = getattr(self, "solver", "bfgs")
+            solver = batched_minimize(self.fun, self.scale, self.max_steps,
+                                      0 if method == "lbfgs" else self.newton_steps, method)
         size = len(weights)
         if self.pad_to and size < self.pad_to:  # same shapes for every batch: compile once
             weights = np.concatenate([weights, np.repeat(weights[-1:], self.pad_to - size, 0)])
@@ -104,7 +107,8 @@ def exact_params(fun, u_full, weights, fold_ids=None, *, data=None, executor=Non
         solver: ``"bfgs"`` (BFGS + ``newton_steps`` Newton polish; default) or ``"newton"``
             (damped Newton with a dense Hessian and backtracking, see
             :func:`~approxcv.engine.optimize.newton_minimize`: a few steps from the warm
-            start, far faster for models with a few hundred parameters and long data).
+            start, far faster for models with a few hundred parameters and long data) or
+            ``"lbfgs"`` (L-BFGS, ``O(D)`` memory, for large ``D``).
 
     Returns:
         dict with ``u (n_folds, D)``, ``converged``, ``num_steps``, ``grad_norm`` (each

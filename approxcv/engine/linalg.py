@@ -10,6 +10,11 @@ import numpy as np
 
 from ..errors import JitterWarning, NotPositiveDefiniteError
 
+#: largest number of parameters for which dense Hessians are formed by default (the
+#: matrix-free path and L-BFGS take over above it): 3,000 x 3,000 doubles = 72 MB and an
+#: eigen-decomposition of seconds
+MAX_DENSE_DIM = 3000
+
 #: jitter ladder, relative to the mean absolute diagonal of H
 _JITTER_LADDER = 10.0 ** np.arange(-12, -1)
 

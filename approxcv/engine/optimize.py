@@ -46,7 +46,7 @@ def _newton_polish(fun, u, args, num_steps: int):
 
 def minimize(fun, u0, args=None, *, max_steps: int = 1000, rtol: float = 1e-10,
              atol: float = 1e-10, scale: float = 1.0, newton_steps: int = 2,
-             gtol: float = 1e-7) -> MinimizeResult:
+             gtol: float = 1e-7, method: str = "bfgs") -> MinimizeResult:
     """Minimise ``fun(u, args)`` from ``u0`` with BFGS (optimistix) and Newton polishing.
 
     Args:
@@ -59,6 +59,9 @@ def minimize(fun, u0, args=None, *, max_steps: int = 1000, rtol: float = 1e-10,
             tolerances are per unit.
         newton_steps: safeguarded Newton steps after BFGS (0 to skip; use 0 for large D).
         gtol: the run also counts as converged when ``||grad F|| / scale <= gtol``.
+        method: ``"bfgs"`` (dense inverse-Hessian approximation, ``D x D`` memory) or
+            ``"lbfgs"`` (optimistix L-BFGS, history 10, ``O(D)`` memory; for large ``D``,
+            where the Newton polish is skipped too).
 
     Returns:
         :class:`MinimizeResult`; ``converged`` is False when neither BFGS's Cauchy criterion
@@ -66,7 +69,10 @@ def minimize(fun, u0, args=None, *, max_steps: int = 1000, rtol: float = 1e-10,
         it, not ignore it.
     """
     scaled = lambda u, a: fun(u, a) / scale  # noqa: E731
-    solver = optx.BFGS(rtol=rtol, atol=atol)
+    if method == "lbfgs":
+        solver, newton_steps = optx.LBFGS(rtol=rtol, atol=atol), 0
+    else:
+        solver = optx.BFGS(rtol=rtol, atol=atol)
     sol = optx.minimise(scaled, solver, u0, args=args, max_steps=max_steps, throw=False)
     u = sol.value
     if newton_steps:
@@ -79,7 +85,8 @@ def minimize(fun, u0, args=None, *, max_steps: int = 1000, rtol: float = 1e-10,
 
 
 @functools.lru_cache(maxsize=64)
-def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int):
+def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int,
+                     method: str = "bfgs"):
     """``jit(vmap(minimize))`` over starting points and weights for ``fun(u, w, data)``.
 
     Returns ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult`` with a leading
@@ -88,7 +95,7 @@ def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int):
     """
     def one(u0, w, data):
         return minimize(lambda u, a: fun(u, a[0], a[1]), u0, (w, data), max_steps=max_steps,
-                        scale=scale, newton_steps=newton_steps)
+                        scale=scale, newton_steps=newton_steps, method=method)
     return jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
 
 

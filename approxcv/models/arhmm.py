@@ -46,7 +46,7 @@ from ..engine.optimize import batched_minimize
 from ..errors import ConvergenceWarning, FitError, InvalidArgumentError, InvalidDataError
 from ._transforms import inverse_gamma_log_prior, normal_log_prior
 from .gaussian_hmm import _kmeans, lagged
-from .hmm import HMM, Sequences, check_array
+from .hmm import HMM, Sequences, check_array, fit_method
 
 COVARIANCES = ("full", "diag")
 WEIGHT_PRIORS = ("matrix_normal", "isotropic")
@@ -176,14 +176,16 @@ class AutoregressiveEmissions(HMM):
         ``HMM.fit`` refines all starts in one ``vmap`` and polishes each with two exact
         Newton steps; the dense Hessian of these models costs memory proportional to
         ``D`` times the data size per start, so here the starts run sequentially and the
-        Newton polish is used only when ``D <= newton_max_dim`` (default 400).
+        Newton polish is used only when ``D <= newton_max_dim`` (default 400), and L-BFGS
+        replaces BFGS above ``approxcv.engine.MAX_DENSE_DIM`` parameters.
         """
         seqs, level, n = self.prepare(data, level)
         starts = self.initial_params(seqs, self.n_init, self.seed)
         scale = self.objective_scale(seqs)
         obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
-        newton = 2 if obj.u_full.size <= self.newton_max_dim else 0
-        solve = batched_minimize(obj.fun, scale, self.max_steps, newton)
+        newton, method = fit_method(obj.u_full.size,
+                                    2 if obj.u_full.size <= self.newton_max_dim else 0)
+        solve = batched_minimize(obj.fun, scale, self.max_steps, newton, method)
         runs = [solve(make_objective(self, seqs, p, "A", level, n).u_full[None],
                       jnp.ones((1, n)), seqs) for p in starts]
         res = jax.tree_util.tree_map(lambda *r: jnp.concatenate(r), *runs)

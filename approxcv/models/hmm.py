@@ -21,6 +21,7 @@ import numpy as np
 
 from .._validate import check_positive_int
 from ..engine.objective import make_objective
+from ..engine.linalg import MAX_DENSE_DIM
 from ..engine.optimize import batched_minimize
 from ..errors import ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError
 from ..inference import chain
@@ -197,6 +198,9 @@ class HMM:
     def fit(self, data, level: str | None = None):
         """MAP fit on all data: BFGS + Newton polish from ``n_init`` starts, best kept.
 
+        Above ``approxcv.engine.MAX_DENSE_DIM`` parameters L-BFGS without Newton polish is
+        used instead (nothing of size ``D x D`` is formed).
+
         Starts are refined together with one ``vmap``. The run is recorded in
         ``self.fit_result_`` (objective, gradient norm and convergence of every start).
 
@@ -208,7 +212,7 @@ class HMM:
         scale = self.objective_scale(seqs)
         obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
         u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
-        solve = batched_minimize(obj.fun, scale, self.max_steps, 2)
+        solve = batched_minimize(obj.fun, scale, self.max_steps, *fit_method(obj.u_full.size))
         res = solve(u0s, jnp.ones((len(starts), n)), seqs)
         values = np.where(np.isfinite(res.value), np.asarray(res.value), np.inf)
         converged = np.asarray(res.converged)
@@ -248,6 +252,12 @@ class HMM:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_states={self.n_states})"
+
+
+def fit_method(dim: int, newton_steps: int = 2) -> tuple:
+    """``(newton_steps, method)`` of the fitting optimiser for ``dim`` parameters:
+    BFGS + Newton polish up to ``MAX_DENSE_DIM``, L-BFGS without polish above it."""
+    return (newton_steps, "bfgs") if dim <= MAX_DENSE_DIM else (0, "lbfgs")
 
 
 def check_array(x, name: str, ndim: int, dtype_kind: str = "f") -> np.ndarray:

@@ -92,3 +92,15 @@ def test_structure_accumulation_equals_one_sweep_and_runs_on_executors(sequences
     np.testing.assert_allclose(ha, np.asarray(h), rtol=1e-9, atol=1e-8)
     np.testing.assert_allclose(ja, np.asarray(j), rtol=1e-9, atol=1e-8)
 
+
+
+def test_large_dimension_defaults_use_lbfgs_refits_that_match_bfgs(sequences_fit):
+    model, seqs, params = sequences_fit
+    folds = acv.folds.leave_one_out(len(seqs))[:2]
+    kw = dict(params=params, level="structure", progress=False)
+    bfgs = acv.cross_validate(model, seqs, folds, "exact", **kw)
+    lbfgs = acv.cross_validate(model, seqs, folds, "exact", max_dense_dim=3, **kw)
+    assert bfgs.diagnostics["exact_solver"] == "bfgs" and bfgs.diagnostics["solver"] == "dense"
+    assert lbfgs.diagnostics["exact_solver"] == "lbfgs" and lbfgs.diagnostics["solver"] == "cg"
+    assert np.all(lbfgs.diagnostics["exact_converged"])
+    np.testing.assert_allclose(lbfgs.fold_loss, bfgs.fold_loss, rtol=1e-6)
