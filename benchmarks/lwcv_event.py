@@ -54,8 +54,16 @@ def fit(T):
 
 
 def per_fold_point_error(df):
+    """Mean relative error of the per-point losses of every fold (NaN if a fold failed)."""
     pts = df[df.kind == "point"]
     return pts.groupby("fold_id")["rel_error"].mean().to_numpy()
+
+
+def mean_2sd(errors):
+    """``(mean, 2 sd, number of non-finite folds)`` over the finite per-fold errors."""
+    ok = errors[np.isfinite(errors)]
+    sd = float(2 * ok.std(ddof=1)) if ok.size > 1 else 0.0
+    return float(ok.mean()) if ok.size else float("nan"), sd, int((~np.isfinite(errors)).sum())
 
 
 def cell(model, x, params, fold_scheme, frac, scheme, n_check, out_dir, tag, seed=0):
@@ -68,25 +76,31 @@ def cell(model, x, params, fold_scheme, frac, scheme, n_check, out_dir, tag, see
     ex = acv.cross_validate(model, x, folds, method="exact", **kw)
     cmp_ij, cmp_ns, ij_ns = acv.compare(ij, ex), acv.compare(ns, ex), acv.compare(ij, ns)
     err_ij, err_ns = per_fold_point_error(cmp_ij), per_fold_point_error(cmp_ns)
+    ij_mean, ij_2sd, ij_bad = mean_2sd(err_ij)
+    ns_mean, ns_2sd, ns_bad = mean_2sd(err_ns)
+    ns_ij = per_fold_point_error(ij_ns)
     if out_dir is not None and frac == 0.1:
         scatter(ij, ex, kind="point", path=out_dir / f"lwcv_event_{tag}_{fold_scheme}_"
                 f"{scheme}_points.png", title=f"IJ vs exact, {fold_scheme} 10 %, T={len(x)}")
     c = {"T": len(x), "fold_scheme": fold_scheme, "frac": frac, "scheme": scheme,
          "n_folds": n_check,
-         "ij_mean_rel_error_point": float(err_ij.mean()),
-         "ij_rel_error_point_2sd": float(2 * err_ij.std(ddof=1)) if n_check > 1 else 0.0,
+         "ij_mean_rel_error_point": ij_mean, "ij_rel_error_point_2sd": ij_2sd,
+         "ij_nonfinite_folds": ij_bad,
+         "ij_rel_error_point_per_fold": err_ij.tolist(),
          "ij_mean_rel_error_fold": cmp_ij.attrs["mean_rel_error_fold"],
-         "ns_mean_rel_error_point": float(err_ns.mean()),
-         "ns_rel_error_point_2sd": float(2 * err_ns.std(ddof=1)) if n_check > 1 else 0.0,
-         "ns_mean_rel_error_fold": cmp_ns.attrs["mean_rel_error_fold"],
-         "ns_vs_ij_mean_rel_diff_point": ij_ns.attrs["mean_rel_error_point"],
-         "ns_vs_ij_mean_rel_diff_fold": ij_ns.attrs["mean_rel_error_fold"],
+         "ns_mean_rel_error_point": ns_mean, "ns_rel_error_point_2sd": ns_2sd,
+         "ns_nonfinite_folds": ns_bad,
+         "ns_rel_error_point_per_fold": err_ns.tolist(),
+         "ns_hessian_min_eig": np.asarray(ns.diagnostics["ns_hessian_min_eig"]).tolist(),
+         "ns_vs_ij_mean_rel_diff_point": mean_2sd(ns_ij)[0],
+         "ns_vs_ij_rel_diff_point_per_fold": ns_ij.tolist(),
          "exact_converged": bool(np.all(ex.diagnostics["exact_converged"])),
          "exact_newton_steps": ex.diagnostics["exact_num_steps"].tolist(),
          "seconds_measured": {"ij": ij.seconds, "ns": ns.seconds, "exact": ex.seconds}}
     print(f"T={len(x)} {scheme} {fold_scheme:10s} {frac:4.0%}: IJ err "
           f"{c['ij_mean_rel_error_point']:.2e} +- {c['ij_rel_error_point_2sd']:.1e}, NS err "
-          f"{c['ns_mean_rel_error_point']:.2e}, exact {ex.seconds:.0f}s", flush=True)
+          f"{c['ns_mean_rel_error_point']:.2e} ({ns_bad} NS folds non-finite), exact "
+          f"{ex.seconds:.0f}s", flush=True)
     return c
 
 
