@@ -239,6 +239,12 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
     if not np.all(np.isfinite(fold_loss)):
         bad = np.flatnonzero(~np.isfinite(fold_loss))
         diagnostics["nonfinite_folds"] = folds.ids[bad]
+        if warn:
+            warnings.warn(
+                f"{len(bad)} of {len(folds)} folds have non-finite held-out losses ({method}; "
+                f"fold ids {folds.ids[bad][:10].tolist()}); for 'ns' this means H(w_o) was "
+                "far from positive definite (see diagnostics['ns_hessian_min_eig']). Listed in "
+                "diagnostics['nonfinite_folds']", ConvergenceWarning, stacklevel=2)
     stacked = jax.vmap(obj.unravel)(params_flat)
     return CVResult(
         method=method, scheme=scheme if level == "within" else None, level=level, folds=folds,
