@@ -3,7 +3,7 @@
 Every function here works on a flat objective ``f(u, w)`` over an unconstrained parameter
 vector ``u`` (``D``) and unit weights ``w`` (``n``); see :class:`WeightedObjective`.
 """
-from . import accumulate, aloo, exact, matrix_free
+from . import accumulate, aloo, exact, matrix_free  # noqa: F401  (submodules)
 from .accumulate import structure_derivatives
 from .derivatives import cross_jacobian, gradient, gradient_hessian_jacobian, hessian
 from .diagnostics import cg_diagnostics, fit_diagnostics

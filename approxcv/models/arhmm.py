@@ -32,7 +32,6 @@ convention as :class:`~approxcv.models.GaussianHMM`.
 """
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import jax
@@ -43,7 +42,7 @@ from jax.scipy.linalg import solve_triangular
 from .._validate import check_choice, check_positive_int
 from ..engine.objective import make_objective
 from ..engine.optimize import batched_minimize
-from ..errors import ConvergenceWarning, FitError, InvalidArgumentError, InvalidDataError
+from ..errors import InvalidArgumentError, InvalidDataError
 from ._transforms import inverse_gamma_log_prior, normal_log_prior
 from .gaussian_hmm import _kmeans, lagged
 from .hmm import HMM, Sequences, check_array, fit_method
@@ -189,24 +188,8 @@ class AutoregressiveEmissions(HMM):
         runs = [solve(make_objective(self, seqs, p, "A", level, n).u_full[None],
                       jnp.ones((1, n)), seqs) for p in starts]
         res = jax.tree_util.tree_map(lambda *r: jnp.concatenate(r), *runs)
-        values = np.where(np.isfinite(res.value), np.asarray(res.value), np.inf)
-        converged = np.asarray(res.converged)
-        if not np.isfinite(values).any():
-            raise FitError(f"{type(self).__name__}.fit: every start gave a non-finite objective")
-        pool = np.flatnonzero(converged & np.isfinite(values))
-        if pool.size == 0:
-            pool = np.flatnonzero(np.isfinite(values))
-            warnings.warn(f"{type(self).__name__}.fit: no start converged in {self.max_steps} "
-                          f"BFGS steps; returning the best (gradient norm "
-                          f"{float(np.min(np.asarray(res.grad_norm)[pool])):.3g})",
-                          ConvergenceWarning, stacklevel=2)
-        best = int(pool[np.argmin(values[pool])])
-        self.fit_result_ = {"objective": values, "converged": converged,
-                            "grad_norm": np.asarray(res.grad_norm),
-                            "num_steps": np.asarray(res.num_steps), "best": best,
-                            "newton_steps": newton}
-        params = obj.unravel(res.u[best])
-        return self.params_type(*[np.asarray(p) for p in params])
+        return self._best_start(res, obj, f"{self.max_steps} optimiser steps",
+                                newton_steps=newton)
 
     # ------------------------------------------------------------------ init
     def initial_params(self, seqs: Sequences, n_init: int, seed: int) -> list:

@@ -214,6 +214,15 @@ class HMM:
         u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
         solve = batched_minimize(obj.fun, scale, self.max_steps, *fit_method(obj.u_full.size))
         res = solve(u0s, jnp.ones((len(starts), n)), seqs)
+        return self._best_start(res, obj, f"{self.max_steps} optimiser steps")
+
+    def _best_start(self, res, obj, limit: str, **record):
+        """Keep the best converged start of a batched fit (or the best finite one, with a
+        :class:`ConvergenceWarning` naming ``limit``); record the run in ``fit_result_``.
+
+        Raises:
+            FitError: no start reached a finite objective.
+        """
         values = np.where(np.isfinite(res.value), np.asarray(res.value), np.inf)
         converged = np.asarray(res.converged)
         if not np.isfinite(values).any():
@@ -221,14 +230,14 @@ class HMM:
         pool = np.flatnonzero(converged & np.isfinite(values))
         if pool.size == 0:
             pool = np.flatnonzero(np.isfinite(values))
-            warnings.warn(f"{type(self).__name__}.fit: no start converged in {self.max_steps} "
-                          f"BFGS steps; returning the best (gradient norm "
+            warnings.warn(f"{type(self).__name__}.fit: no start converged in {limit}; "
+                          f"returning the best (gradient norm "
                           f"{float(np.min(np.asarray(res.grad_norm)[pool])):.3g})",
-                          ConvergenceWarning, stacklevel=2)
+                          ConvergenceWarning, stacklevel=3)
         best = int(pool[np.argmin(values[pool])])
         self.fit_result_ = {"objective": values, "converged": converged,
                             "grad_norm": np.asarray(res.grad_norm),
-                            "num_steps": np.asarray(res.num_steps), "best": best}
+                            "num_steps": np.asarray(res.num_steps), "best": best, **record}
         params = obj.unravel(res.u[best])
         return self.params_type(*[np.asarray(p) for p in params])
 

@@ -38,7 +38,6 @@ A count above the cap raises :class:`~approxcv.errors.InvalidDataError` naming b
 """
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import jax
@@ -51,8 +50,6 @@ from jax.scipy.special import digamma, gammaln, polygamma
 from ..engine.objective import make_objective
 from ..engine.optimize import batched_newton_minimize
 from ..errors import (
-    ConvergenceWarning,
-    FitError,
     InvalidArgumentError,
     InvalidDataError,
 )
@@ -432,23 +429,7 @@ class TimeVaryingPoisson(HMM):
         u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
         solve = batched_newton_minimize(obj.fun, scale, self.max_newton_steps)
         res = solve(u0s, jnp.ones((len(starts), n)), seqs)
-        values = np.where(np.isfinite(res.value), np.asarray(res.value), np.inf)
-        converged = np.asarray(res.converged)
-        if not np.isfinite(values).any():
-            raise FitError(f"{type(self).__name__}.fit: every start gave a non-finite objective")
-        pool = np.flatnonzero(converged & np.isfinite(values))
-        if pool.size == 0:
-            pool = np.flatnonzero(np.isfinite(values))
-            warnings.warn(f"{type(self).__name__}.fit: no start converged in "
-                          f"{self.max_newton_steps} Newton steps; returning the best (gradient "
-                          f"norm {float(np.min(np.asarray(res.grad_norm)[pool])):.3g})",
-                          ConvergenceWarning, stacklevel=2)
-        best = int(pool[np.argmin(values[pool])])
-        self.fit_result_ = {"objective": values, "converged": converged,
-                            "grad_norm": np.asarray(res.grad_norm),
-                            "num_steps": np.asarray(res.num_steps), "best": best}
-        params = obj.unravel(res.u[best])
-        return self.params_type(*[np.asarray(p) for p in params])
+        return self._best_start(res, obj, f"{self.max_newton_steps} Newton steps")
 
     def initial_params(self, seqs: Sequences, n_init: int, seed: int) -> list:
         """Starts from the data: day and slot means for ``delta`` and ``h`` (smoothed),
