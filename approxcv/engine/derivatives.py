@@ -13,6 +13,8 @@ from __future__ import annotations
 from functools import partial
 
 import jax
+import jax.numpy as jnp
+from jax import lax
 
 
 def gradient(fun, u, w, data=None):
@@ -23,6 +25,16 @@ def gradient(fun, u, w, data=None):
 def hessian(fun, u, w, data=None):
     """Return ``d2F/du2`` at ``(u, w)``, shape ``(D, D)`` (forward-over-reverse)."""
     return jax.jacfwd(jax.grad(fun, argnums=0), argnums=0)(u, w, data)
+
+
+def hessian_by_hvp(fun, u, *args, chunk: int = 128):
+    """``d2 fun(u, *args) / du2`` from ``D`` Hessian-vector products, ``chunk`` at a time.
+
+    Same value as :func:`hessian`, but memory holds ``chunk`` tangents of the forward pass
+    instead of ``D`` (which for long data and ``D`` in the hundreds is gigabytes).
+    """
+    _, hvp = jax.linearize(lambda x: jax.grad(fun)(x, *args), u)
+    return lax.map(hvp, jnp.eye(u.shape[0], dtype=u.dtype), batch_size=min(chunk, u.shape[0]))
 
 
 def cross_jacobian(fun, u, w, data=None):

@@ -6,7 +6,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from .derivatives import gradient, hessian
+from .derivatives import gradient, hessian_by_hvp
 
 
 def _newton_one(fun, u_full, w, data):
@@ -16,7 +16,7 @@ def _newton_one(fun, u_full, w, data):
     is added and returned so it can be reported.
     """
     g = gradient(fun, u_full, w, data)
-    h = hessian(fun, u_full, w, data)
+    h = hessian_by_hvp(fun, u_full, w, data)
     h = 0.5 * (h + h.T)
     min_eig = jnp.linalg.eigvalsh(h)[0]
     scale = jnp.mean(jnp.abs(jnp.diag(h)))

@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import optimistix as optx
 from jax import lax
 
+from .derivatives import hessian_by_hvp
+
 
 class MinimizeResult(NamedTuple):
     """u: minimiser ``(D,)``; value: objective there; grad_norm: ``||dF/du||``;
@@ -33,7 +35,7 @@ def _newton_polish(fun, u, args, num_steps: int):
     def _step(u, _):
         """One Newton step, kept only if H is PD and the objective does not rise."""
         g = jax.grad(fun)(u, args)
-        h = jax.hessian(fun)(u, args)
+        h = hessian_by_hvp(fun, u, args)
         chol = jnp.linalg.cholesky(0.5 * (h + h.T))
         step = jax.scipy.linalg.cho_solve((chol, True), g)
         u_new = u - step
@@ -132,7 +134,7 @@ def newton_minimize(fun, u0, args=None, *, max_steps: int = 30, scale: float = 1
         return fun(u, args) / scale
 
     value_and_grad = jax.value_and_grad(scaled)
-    hess = jax.hessian(scaled)
+    hess = lambda u: hessian_by_hvp(scaled, u)  # noqa: E731
 
     def _damped_step(u, f0, g, h, mu0):
         """Smallest ``mu`` on the ladder ``mu0, 10 mu0, ...`` giving a sufficient decrease."""

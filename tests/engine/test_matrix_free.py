@@ -104,3 +104,15 @@ def test_large_dimension_defaults_use_lbfgs_refits_that_match_bfgs(sequences_fit
     assert lbfgs.diagnostics["exact_solver"] == "lbfgs" and lbfgs.diagnostics["solver"] == "cg"
     assert np.all(lbfgs.diagnostics["exact_converged"])
     np.testing.assert_allclose(lbfgs.fold_loss, bfgs.fold_loss, rtol=1e-6)
+
+
+def test_chunked_hessian_equals_the_one_sweep_hessian():
+    rng = np.random.default_rng(2)
+    a = jnp.asarray(rng.normal(size=(7, 5)))
+
+    def fun(u, w, data):
+        return jnp.sum(w * jnp.log1p(jnp.exp(data @ u))) + 0.5 * u @ u
+
+    u, w = jnp.asarray(rng.normal(size=5)), jnp.asarray(rng.uniform(size=7))
+    np.testing.assert_allclose(np.asarray(engine.derivatives.hessian_by_hvp(fun, u, w, a, chunk=2)),
+                               np.asarray(engine.hessian(fun, u, w, a)), rtol=1e-12, atol=1e-12)
