@@ -79,8 +79,10 @@ def _dense_derivatives(obj, level, with_jacobian, executor, structure_batch_size
 def _matrix_free_derivatives(obj, weights, method, rtol, max_steps, batch_size):
     """``(g, H^{-1} g, IJ parameters or None, CGResult of the full-data system)`` by CG."""
     if method == "ij":
+        hvp_batch = _heldout_batch_size(obj, len(weights) + 1)
         params, grad, step, cg = _block(engine.ij_params_cg(
-            obj.fun, obj.u_full, weights, obj.data, rtol, max_steps, batch_size or 64))
+            obj.fun, obj.u_full, weights, obj.data, rtol, max_steps,
+            min(batch_size or 64, hvp_batch), hvp_batch))
         return grad, step, params, cg
     ones = jnp.ones((1, obj.num_units))
     params, cg = _block(engine.newton_params_cg(obj.fun, obj.u_full, ones, obj.data, rtol,

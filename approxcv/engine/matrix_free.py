@@ -85,13 +85,16 @@ def conjugate_gradient(matvec, rhs, rtol: float = 1e-10, max_steps: int = 1000) 
 
 
 def _batched(fn, xs, batch_size):
-    """``lax.map`` of ``fn`` over the rows of ``xs`` in vectorised batches."""
+    """``lax.map`` of ``fn`` over the rows of ``xs`` in vectorised batches (``None``: one
+    ``vmap`` over all rows)."""
+    if batch_size is None or batch_size >= xs.shape[0]:
+        return jax.vmap(fn)(xs)
     return lax.map(fn, xs, batch_size=batch_size)
 
 
-@partial(jax.jit, static_argnums=(0, 5, 6))
+@partial(jax.jit, static_argnums=(0, 5, 6, 7))
 def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
-                 batch_size: int = 64):
+                 batch_size: int = 64, hvp_batch_size: int | None = None):
     """Matrix-free IJ for every fold: ``u_1 + H^{-1} J (1 - w_o)`` by batched CG.
 
     Args:
@@ -102,6 +105,8 @@ def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
         rtol: CG relative residual tolerance.
         max_steps: CG iteration limit.
         batch_size: fold directions computed per vectorised batch.
+        hvp_batch_size: Hessian-vector products per vectorised batch inside each CG step
+            (``None``: all systems at once); bounds memory when the data are large.
 
     Returns:
         ``(params (n_folds, D), grad (D,), newton_step (D,), CGResult)``: the last row of
@@ -113,8 +118,8 @@ def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
     grad, dir_w = jax.linearize(lambda w: grad_u(u_full, w, data), ones)
     _, hvp = jax.linearize(lambda u: grad_u(u, ones, data), u_full)
     rhs = _batched(dir_w, 1.0 - weights, batch_size)
-    sol = conjugate_gradient(jax.vmap(hvp), jnp.concatenate([rhs, grad[None]]), rtol,
-                             max_steps)
+    sol = conjugate_gradient(lambda v: _batched(hvp, v, hvp_batch_size),
+                             jnp.concatenate([rhs, grad[None]]), rtol, max_steps)
     return u_full[None, :] + sol.x[:-1], grad, sol.x[-1], sol
 
 
