@@ -23,7 +23,8 @@ from .._validate import check_positive_int
 from ..engine.objective import make_objective
 from ..engine.linalg import MAX_DENSE_DIM
 from ..engine.optimize import batched_minimize
-from ..errors import ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError
+from ..errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
+                      InvalidDataError)
 from ..inference import chain
 from ._transforms import dirichlet_log_prior, logits_to_log_simplex, simplex_to_logits
 
@@ -212,9 +213,15 @@ class HMM:
         scale = self.objective_scale(seqs)
         obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
         u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
-        solve = batched_minimize(obj.fun, scale, self.max_steps, *fit_method(obj.u_full.size))
+        solve, limit = self._fit_solver(obj.fun, scale, obj.u_full.size)
         res = solve(u0s, jnp.ones((len(starts), n)), seqs)
-        return self._best_start(res, obj, f"{self.max_steps} optimiser steps")
+        return self._best_start(res, obj, limit)
+
+    def _fit_solver(self, fun, scale: float, dim: int):
+        """``(solve, limit)``: the batched optimiser refining the starts of :meth:`fit`
+        (BFGS + Newton polish, L-BFGS above ``MAX_DENSE_DIM``) and its step limit, in words."""
+        return (batched_minimize(fun, scale, self.max_steps, *fit_method(dim)),
+                f"{self.max_steps} optimiser steps")
 
     def _best_start(self, res, obj, limit: str, **record):
         """Keep the best converged start of a batched fit (or the best finite one, with a
@@ -269,10 +276,19 @@ def fit_method(dim: int, newton_steps: int = 2) -> tuple:
     return (newton_steps, "bfgs") if dim <= MAX_DENSE_DIM else (0, "lbfgs")
 
 
+def check_counts(x, name: str) -> np.ndarray:
+    """Validate a 1-D sequence of non-negative integer counts; return it as float64."""
+    arr = check_array(x, name, 1, "i")
+    if arr.dtype.kind == "f" and np.any(arr != np.round(arr)):
+        raise InvalidDataError(f"`{name}` must hold integer counts")
+    if np.any(arr < 0):
+        raise InvalidDataError(f"`{name}` must hold non-negative counts, min is {arr.min()}")
+    return arr.astype(np.float64)
+
+
 def check_array(x, name: str, ndim: int, dtype_kind: str = "f") -> np.ndarray:
     """Validate an array's rank, emptiness and finiteness; return it as float or int."""
     from .._validate import check_finite
-    from ..errors import InvalidDataError
     if isinstance(x, (str, bytes)) or x is None:
         raise ArgumentTypeError(f"`{name}` must be an array, got {type(x).__name__}")
     arr = np.asarray(x)

@@ -12,9 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from ..errors import InvalidDataError
 from ._transforms import gamma_log_prior
-from .hmm import HMM, check_array
+from .hmm import HMM, check_counts
 
 
 class PoissonHMMParams(NamedTuple):
@@ -50,12 +49,7 @@ class PoissonHMM(HMM):
         self.rate_shape, self.rate_rate = float(rate_shape), float(rate_rate)
 
     def _validate_sequence(self, x, name):
-        arr = check_array(x, name, 1, "i")
-        if arr.dtype.kind == "f" and np.any(arr != np.round(arr)):
-            raise InvalidDataError(f"`{name}` must hold integer counts")
-        if np.any(arr < 0):
-            raise InvalidDataError(f"`{name}` must hold non-negative counts, min is {arr.min()}")
-        return arr.astype(np.float64)
+        return check_counts(x, name)
 
     def _emission_log_lik(self, params, x):
         """``log p(x_t | z_t = k) = x_t log lambda_k - lambda_k - log x_t!``, shape ``(T, K)``."""

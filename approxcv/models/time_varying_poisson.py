@@ -47,7 +47,6 @@ from jax import lax
 from jax.nn import log_sigmoid
 from jax.scipy.special import digamma, gammaln, polygamma
 
-from ..engine.objective import make_objective
 from ..engine.optimize import batched_newton_minimize
 from ..errors import (
     InvalidArgumentError,
@@ -59,7 +58,7 @@ from ._transforms import (
     logits_to_log_simplex,
     simplex_to_logits,
 )
-from .hmm import HMM, Sequences, check_array
+from .hmm import HMM, Sequences, check_counts
 
 __all__ = [
     "CountSeries",
@@ -329,12 +328,7 @@ class TimeVaryingPoisson(HMM):
 
     # ----------------------------------------------------------------- data
     def _validate_sequence(self, x, name):
-        arr = check_array(x, name, 1, "i")
-        if arr.dtype.kind == "f" and np.any(arr != np.round(arr)):
-            raise InvalidDataError(f"`{name}` must hold integer counts")
-        if np.any(arr < 0):
-            raise InvalidDataError(f"`{name}` must hold non-negative counts, min is {arr.min()}")
-        return arr.astype(np.float64)
+        return check_counts(x, name)
 
     def prepare(self, data, level: str | None = None):
         """Validate ``data``; return ``(Sequences(CountSeries, mask), level, num_units)``.
@@ -412,24 +406,15 @@ class TimeVaryingPoisson(HMM):
                 jnp.log(a), jnp.log(b))
 
     # ------------------------------------------------------------------ fit
-    def fit(self, data, level: str | None = None):
-        """MAP fit by damped Newton from ``n_init`` data-based starts (one ``vmap``).
+    def _fit_solver(self, fun, scale: float, dim: int):
+        """:meth:`HMM.fit` refines the starts by damped Newton (one ``vmap``), not BFGS.
 
         Each Newton step uses the dense Hessian (``D`` is about 180 with the time-of-day
         profile), which the custom derivatives of the convolution make cheap; far fewer
-        steps than BFGS. The run is recorded in ``self.fit_result_``.
-
-        Raises:
-            FitError: no start reached a finite objective.
+        steps than BFGS.
         """
-        seqs, level, n = self.prepare(data, level)
-        starts = self.initial_params(seqs, self.n_init, self.seed)
-        scale = self.objective_scale(seqs)
-        obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
-        u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
-        solve = batched_newton_minimize(obj.fun, scale, self.max_newton_steps)
-        res = solve(u0s, jnp.ones((len(starts), n)), seqs)
-        return self._best_start(res, obj, f"{self.max_newton_steps} Newton steps")
+        return (batched_newton_minimize(fun, scale, self.max_newton_steps),
+                f"{self.max_newton_steps} Newton steps")
 
     def initial_params(self, seqs: Sequences, n_init: int, seed: int) -> list:
         """Starts from the data: day and slot means for ``delta`` and ``h`` (smoothed),
