@@ -1,0 +1,52 @@
+"""The shared optimiser: BFGS / L-BFGS with a gradient stop, Newton polish, damped Newton."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+import pytest
+
+from approxcv.engine.optimize import minimize, newton_minimize
+
+
+def _logistic_problem(n=300, d=20, seed=0):
+    """L2 logistic loss ``F(u) = sum_i [log(1 + e^{a_i u}) - y_i a_i u] + 0.5 u^T u``."""
+    rng = np.random.default_rng(seed)
+    a = jnp.asarray(rng.normal(size=(n, d)))
+    y = jnp.asarray((rng.random(n) < 0.5).astype(float))
+
+    def fun(u, args):
+        z = a @ u
+        return jnp.sum(jnp.logaddexp(0.0, z) - y * z) + 0.5 * u @ u
+    return fun, d, n
+
+
+@pytest.mark.parametrize("method", ["bfgs", "lbfgs"])
+def test_minimize_reaches_the_newton_solution(method):
+    fun, d, n = _logistic_problem()
+    ref = newton_minimize(fun, jnp.zeros(d), scale=n)
+    assert bool(ref.converged) and float(ref.grad_norm) < 1e-10 * n
+    res = minimize(fun, jnp.zeros(d), scale=n, method=method,
+                   newton_steps=2 if method == "bfgs" else 0)
+    assert bool(res.converged)
+    assert float(res.grad_norm) <= 1e-7 * n
+    np.testing.assert_allclose(res.u, ref.u, atol=1e-6)
+
+
+def test_gradient_stop_ends_bfgs_before_the_cauchy_test():
+    """With a loose gtol the solver stops on the gradient, well before optimistix's own
+    Cauchy test (which plain optx.BFGS needs) and with the gradient under gtol / 10."""
+    fun, d, n = _logistic_problem()
+    scaled = lambda u, a: fun(u, a) / n  # noqa: E731
+    plain = optx.minimise(scaled, optx.BFGS(rtol=1e-10, atol=1e-10), jnp.zeros(d),
+                          max_steps=1000, throw=False)
+    res = minimize(fun, jnp.zeros(d), scale=n, gtol=1e-3, newton_steps=0)
+    assert int(res.num_steps) < int(plain.stats["num_steps"])
+    assert float(res.grad_norm) / n <= 1e-4
+    assert bool(res.converged)
+
+
+def test_unconverged_run_is_reported():
+    fun, d, n = _logistic_problem()
+    res = minimize(fun, jnp.zeros(d), scale=n, max_steps=2, newton_steps=0)
+    assert not bool(res.converged)
+    assert int(res.num_steps) == 2
