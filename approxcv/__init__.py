@@ -4,29 +4,7 @@ Fit a model once; approxcv estimates every cross-validation fold without refitti
 (infinitesimal jackknife or one Newton step), reports how far to trust each estimate,
 and runs exact CV to check. See ``DESIGN.md`` for the shared weighted-objective idea.
 """
-import os
-
-
-def _single_threaded_eigen() -> None:
-    """Run XLA's CPU kernels without the multi-threaded Eigen pool, unless the user chose.
-
-    On this JAX (0.10) the CPU runtime's Eigen thread pool occasionally wedges while a
-    large ``vmap``-ed computation (our batched refits) is being materialised: every worker
-    waits for work and the caller waits forever (seen in our motion benchmark; the same
-    symptom and the same workaround are reported in PyAutoFit issue #1530).
-    ``--xla_cpu_multi_thread_eigen=false`` avoids it at a small cost in single-call speed;
-    approxcv parallelises across folds and batches itself. The flag is read when JAX first
-    creates its CPU backend, so it only takes effect if approxcv is imported before the
-    first JAX computation. Set the flag yourself in ``XLA_FLAGS`` (``=true``) to opt out.
-    """
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_multi_thread_eigen" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
-
-
-_single_threaded_eigen()
-
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 
