@@ -5,7 +5,11 @@ Fit a model once; approxcv estimates every cross-validation fold without refitti
 and runs exact CV to check. See ``DESIGN.md`` for the shared weighted-objective idea.
 """
 import jax
+import jaxlib
 
+from ._jax_version import warn_if_deadlock_prone
+
+warn_if_deadlock_prone(jaxlib.__version__)
 jax.config.update("jax_enable_x64", True)
 
 from . import datasets, engine, errors, folds, inference, models, tuning  # noqa: E402
