@@ -54,10 +54,11 @@ def wide_sequences(n: int, channels: int):
     return seqs
 
 
-def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide"):
+def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
+         channels: int | None = None, exact_solver: str | None = None):
     n_seq = 16 if quick else 64
     if which == "wide":
-        seqs = wide_sequences(n_seq, 100 if quick else 1500)
+        seqs = wide_sequences(n_seq, channels or (100 if quick else 1500))
         model = acv.models.GaussianHMM(4, n_init=1, max_steps=fit_steps)
     else:
         seqs = training_sequences(n_seq)
@@ -83,6 +84,7 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide"):
     out["ij_warnings"] = sorted({str(w.message)[:160] for w in caught})
     d = ij.diagnostics
     out.update({"num_params": d["num_params"], "solver": d["solver"],
+                "cg_variant": "block CG over all folds + the full-data Newton system",
                 "grad_norm": d["grad_norm"], "newton_step_norm": d["newton_step_norm"],
                 "hessian_min_curvature_bound": d["hessian_min_eig"],
                 "cg_steps_max": int(np.max(d["cg_num_steps"])),
@@ -98,7 +100,7 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exact = acv.cross_validate(model, seqs, sub, "exact", exact_batch_size=1,
-                                   **kw)
+                                   exact_solver=exact_solver, **kw)
     exact_seconds = time.perf_counter() - t
     per_fold = exact_seconds / n_exact
     cmp = acv.compare(ij, exact)
@@ -107,6 +109,8 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide"):
                 "exact_seconds_per_fold": per_fold,
                 "exact_seconds_all_folds_extrapolated": per_fold * n_seq,
                 "exact_converged": exact.diagnostics["exact_converged"].tolist(),
+                "exact_num_steps": np.asarray(exact.diagnostics.get("exact_num_steps",
+                                                                    [])).tolist(),
                 "exact_fold_loss": exact.fold_loss.tolist(),
                 "ij_fold_loss_same_folds": ij.fold_loss[:n_exact].tolist(),
                 "rel_error_fold": cmp.attrs["mean_rel_error_fold"],
@@ -114,7 +118,8 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide"):
                 "rss_after_exact_gb": peak_rss_gb()})
     out["target_ij_20x_faster"] = out["speedup_exact_over_ij_extrapolated"] >= 20
     print({k: v for k, v in out.items() if not isinstance(v, list)})
-    write_results(f"lscv_scale_{which}", quick, out, plot)
+    stem = f"lscv_scale_{which}" + (f"_R{channels}" if channels else "")
+    write_results(stem, quick, out, plot)
     return out
 
 
@@ -140,5 +145,9 @@ if __name__ == "__main__":
     parser.add_argument("--fit-steps", type=int, default=1000)
     parser.add_argument("--n-exact", type=int, default=2)
     parser.add_argument("--model", choices=("wide", "neural"), default="wide")
+    parser.add_argument("--channels", type=int, default=None,
+                        help="wide model: channels R (D = 8 R + 15; default 1500, quick 100)")
+    parser.add_argument("--exact-solver", choices=("bfgs", "lbfgs", "newton"), default=None,
+                        help="exact refits (default: the engine's choice by D)")
     args = parser.parse_args()
-    main(args.quick, args.fit_steps, args.n_exact, args.model)
+    main(args.quick, args.fit_steps, args.n_exact, args.model, args.channels, args.exact_solver)

@@ -9,7 +9,8 @@ from .derivatives import cross_jacobian, gradient, gradient_hessian_jacobian, he
 from .diagnostics import cg_diagnostics, fit_diagnostics
 from .exact import exact_params
 from .ij import ij_params
-from .matrix_free import CGResult, conjugate_gradient, ij_params_cg, newton_params_cg
+from .matrix_free import (CGResult, block_conjugate_gradient, conjugate_gradient,
+                          ij_params_cg, newton_params_cg)
 from .linalg import MAX_DENSE_DIM, HessianFactor, factor_hessian, solve
 from .newton import newton_params
 from .objective import WeightedObjective, make_objective
@@ -19,5 +20,5 @@ __all__ = ["cross_jacobian", "gradient", "hessian", "fit_diagnostics", "exact_pa
            "ij_params", "HessianFactor", "factor_hessian", "solve", "newton_params",
            "WeightedObjective", "make_objective", "MinimizeResult", "minimize",
            "batched_minimize", "gradient_hessian_jacobian", "structure_derivatives",
-           "cg_diagnostics", "CGResult", "conjugate_gradient", "ij_params_cg",
+           "cg_diagnostics", "CGResult", "block_conjugate_gradient", "conjugate_gradient", "ij_params_cg",
            "newton_params_cg", "MAX_DENSE_DIM"]

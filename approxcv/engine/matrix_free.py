@@ -6,8 +6,9 @@ thousands of weights) nothing of size ``D x D`` or ``D x n`` is formed:
 * the fold directions ``r_o = J (1 - w_o) = d/de grad_u F(u_1, 1 - e (1 - w_o))`` are JVPs
   in ``w`` of the reverse-mode gradient, evaluated through one ``jax.linearize``;
 * ``H v`` is a JVP in ``u`` of the gradient (forward-over-reverse), again linearised once;
-* ``H delta_o = r_o`` is solved for all folds at once by conjugate gradients, one
-  independent CG per fold run in lock-step (``vmap`` of the matrix-vector product).
+* ``H delta_o = r_o`` is solved for all folds at once by block conjugate gradients: the
+  folds share ``H``, hence one block Krylov space (``m`` HVPs per step, ``vmap``-ed),
+  which needs far fewer steps than one independent CG per fold.
 
 IJ: ``u_IJ(w_o) = u_1 + H^{-1} J (1 - w_o)``. NS: ``u_NS(w_o) = u_1 - H(w_o)^{-1} g(w_o)``
 with ``H(w_o) v`` a JVP at the fold's own weights.
@@ -84,6 +85,78 @@ def conjugate_gradient(matvec, rhs, rtol: float = 1e-10, max_steps: int = 1000) 
     return CGResult(x, steps, res, min_curv, converged)
 
 
+def block_conjugate_gradient(matvec, rhs, rtol: float = 1e-10,
+                             max_steps: int = 1000) -> CGResult:
+    """Solve ``A x_j = b_j`` for all rows of ``rhs (m, D)`` at once by block CG (one ``A``).
+
+    All systems share one growing block Krylov space, so each step (``m`` matrix-vector
+    products, ``matvec(v (m, D)) -> (m, D)`` applying ``A`` to every row) improves every
+    solution along ``m`` new directions instead of one; for many right-hand sides with the
+    same matrix this needs far fewer steps than ``m`` independent CG runs. The search block
+    is re-orthonormalised every step by a thin SVD that drops directions below round-off
+    (Ji & Li 2017, breakdown-free block CG), so a converged or zero system adds no
+    spurious direction and ``P'AP`` stays invertible.
+    With ``P`` orthonormal (``D x m``) and ``C = P'AP``::
+
+        alpha = C^{-1} P'R,  X += P alpha,  R -= AP alpha,
+        beta = -C^{-1} (AP)'R,  P = orth(R + P beta).
+
+    ``lambda_min(C)`` (a Rayleigh quotient of ``A`` over the block) bounds ``lambda_min(A)``
+    from above; it is recorded as ``min_curvature``, and a non-positive value stops the
+    run. ``num_steps[j]`` is the step at which system ``j`` first met
+    ``||r_j|| <= rtol ||b_j||``.
+    """
+    b_norm = jnp.linalg.norm(rhs, axis=1)
+    scale = jnp.where(b_norm > 0, b_norm, 1.0)
+    b = (rhs / scale[:, None]).T                 # (D, m), unit columns: no system is lost
+    m = b.shape[1]                               # to round-off next to a much larger one
+
+    def rel_residual(r):
+        return jnp.linalg.norm(r, axis=0)
+
+    def orth(z):
+        """Orthonormal basis of the columns of ``z``; directions with singular values below
+        round-off are zeroed (a converged or zero system must not inject an arbitrary,
+        non-conjugate direction)."""
+        u, sv, _ = jnp.linalg.svd(z, full_matrices=False)
+        return u * (sv > 1e-13 * sv[0])
+
+    done0 = rel_residual(b) <= rtol
+    init = (jnp.zeros_like(b), b, orth(b), jnp.asarray(0, jnp.int32),
+            jnp.where(done0, 0, -1).astype(jnp.int32), jnp.asarray(jnp.inf, b.dtype))
+
+    def cond(state):
+        _, _, _, k, first, curv = state
+        return jnp.any(first < 0) & (k < max_steps) & (curv > 0)
+
+    def body(state):
+        x, r, p, k, first, min_curv = state
+        ap = matvec(p.T).T
+        dropped = jnp.linalg.norm(p, axis=0) < 0.5                  # zeroed directions
+        c = 0.5 * (p.T @ ap + ap.T @ p)
+        # identity rows for dropped directions (their P'R rows are 0), shifted above the
+        # spectrum of the rest so that the smallest eigenvalue is that of the kept block
+        c = c + jnp.diag(dropped * (1.0 + jnp.sum(jnp.abs(c))))
+        curv = jnp.linalg.eigvalsh(c)[0]
+        chol = jnp.linalg.cholesky(c)
+        solve = lambda y: jax.scipy.linalg.cho_solve((chol, True), y)  # noqa: E731
+        ok = curv > 0
+        alpha = jnp.where(ok, solve(p.T @ r), 0.0)
+        x = x + p @ alpha
+        r = r - ap @ alpha
+        beta = jnp.where(ok, -solve(ap.T @ r), 0.0)
+        p = orth(r + p @ beta)
+        k = k + 1
+        first = jnp.where((first < 0) & (rel_residual(r) <= rtol), k, first)
+        return x, r, p, k, first, jnp.minimum(min_curv, curv)
+
+    x, r, _, k, first, min_curv = lax.while_loop(cond, body, init)
+    res = rel_residual(r)
+    converged = (res <= rtol) & (min_curv > 0)
+    steps = jnp.where(first >= 0, first, k)
+    return CGResult(x.T * scale[:, None], steps, res, jnp.full(m, min_curv), converged)
+
+
 def _batched(fn, xs, batch_size):
     """``lax.map`` of ``fn`` over the rows of ``xs`` in vectorised batches (``None``: one
     ``vmap`` over all rows)."""
@@ -92,9 +165,10 @@ def _batched(fn, xs, batch_size):
     return lax.map(fn, xs, batch_size=batch_size)
 
 
-@partial(jax.jit, static_argnums=(0, 5, 6, 7))
+@partial(jax.jit, static_argnums=(0, 5, 6, 7, 8))
 def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
-                 batch_size: int = 64, hvp_batch_size: int | None = None):
+                 batch_size: int = 64, hvp_batch_size: int | None = None,
+                 block: bool = True):
     """Matrix-free IJ for every fold: ``u_1 + H^{-1} J (1 - w_o)`` by batched CG.
 
     Args:
@@ -107,6 +181,8 @@ def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
         batch_size: fold directions computed per vectorised batch.
         hvp_batch_size: Hessian-vector products per vectorised batch inside each CG step
             (``None``: all systems at once); bounds memory when the data are large.
+        block: one block CG over all systems (:func:`block_conjugate_gradient`; they share
+            ``H``), else independent CG runs in lock-step (:func:`conjugate_gradient`).
 
     Returns:
         ``(params (n_folds, D), grad (D,), newton_step (D,), CGResult)``: the last row of
@@ -118,8 +194,9 @@ def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
     grad, dir_w = jax.linearize(lambda w: grad_u(u_full, w, data), ones)
     _, hvp = jax.linearize(lambda u: grad_u(u, ones, data), u_full)
     rhs = _batched(dir_w, 1.0 - weights, batch_size)
-    sol = conjugate_gradient(lambda v: _batched(hvp, v, hvp_batch_size),
-                             jnp.concatenate([rhs, grad[None]]), rtol, max_steps)
+    solver = block_conjugate_gradient if block else conjugate_gradient
+    sol = solver(lambda v: _batched(hvp, v, hvp_batch_size),
+                 jnp.concatenate([rhs, grad[None]]), rtol, max_steps)
     return u_full[None, :] + sol.x[:-1], grad, sol.x[-1], sol
 
 

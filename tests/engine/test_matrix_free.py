@@ -35,6 +35,41 @@ def test_conjugate_gradient_solves_spd_systems_and_flags_indefinite_ones():
         engine.cg_diagnostics(np.zeros(d), np.zeros(d), bad, np.zeros(d), 1e-12, 200)
 
 
+def test_block_cg_matches_a_dense_solve_in_far_fewer_steps_than_independent_cg():
+    """Ill-conditioned SPD matrix (condition 1e6, ten outlying eigenvalues), 20 systems."""
+    rng = np.random.default_rng(0)
+    d, m = 300, 20
+    eigs = np.concatenate([np.logspace(0, 4, d - 10), np.logspace(5, 6, 10)])
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    a = jnp.asarray((q * eigs) @ q.T)
+    rhs = rng.normal(size=(m, d))
+    rhs[3] = 0.0                                      # a zero right-hand side stays zero
+    exact = np.linalg.solve(np.asarray(a), rhs.T).T
+    block = engine.block_conjugate_gradient(lambda v: v @ a, jnp.asarray(rhs), 1e-9, 20000)
+    single = engine.conjugate_gradient(lambda v: v @ a, jnp.asarray(rhs), 1e-9, 20000)
+    for sol in (block, single):
+        assert np.all(np.asarray(sol.converged))
+        np.testing.assert_allclose(np.asarray(sol.x), exact, rtol=1e-6, atol=1e-9)
+    assert int(block.num_steps[3]) == 0
+    assert int(np.max(block.num_steps)) * 5 < int(np.max(single.num_steps))
+    # lambda_min(P'AP) is an upper bound on lambda_min(A)
+    assert eigs[0] - 1e-9 <= float(block.min_curvature[0]) <= eigs[-1]
+
+
+def test_block_cg_stops_on_an_indefinite_matrix():
+    rng = np.random.default_rng(1)
+    d, m = 15, 4
+    a = rng.normal(size=(d, d))
+    spd = a @ a.T + 0.5 * np.eye(d)
+    indefinite = spd - (np.linalg.eigvalsh(spd)[0] + 1.0) * np.eye(d)
+    bad = engine.block_conjugate_gradient(lambda v: v @ jnp.asarray(indefinite),
+                                          jnp.asarray(rng.normal(size=(m, d))), 1e-12, 200)
+    assert not np.any(np.asarray(bad.converged))
+    assert float(bad.min_curvature[0]) <= 0
+    with pytest.raises(NotPositiveDefiniteError, match="curvature"):
+        engine.cg_diagnostics(np.zeros(d), np.zeros(d), bad, np.zeros(d), 1e-12, 200)
+
+
 @pytest.fixture(scope="module")
 def poisson_fit():
     x = simulate_poisson_hmm(150, seed=3)
