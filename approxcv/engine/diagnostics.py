@@ -48,8 +48,9 @@ def cg_diagnostics(grad, step, cg, u_full, rtol: float, max_steps: int, warn: bo
                    name: str = "Hessian") -> dict:
     """Summarise a matrix-free (CG) solve at ``u_1``.
 
-    ``hessian_min_eig`` is the smallest curvature ``p'Hp / p'p`` met by any CG run: an
-    *upper bound* on the smallest eigenvalue (flagged by ``hessian_min_eig_is_bound``).
+    ``hessian_min_eig`` is the smallest curvature met by the CG run (``p'Hp / p'p`` for
+    single-vector CG, ``lambda_min(P'HP)`` for block CG): an *upper bound* on the smallest
+    eigenvalue (flagged by ``hessian_min_eig_is_bound``).
 
     Raises:
         NotPositiveDefiniteError: CG met a direction of non-positive curvature, so ``H`` is
