@@ -14,6 +14,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 
@@ -27,12 +28,22 @@ def hessian(fun, u, w, data=None):
     return jax.jacfwd(jax.grad(fun, argnums=0), argnums=0)(u, w, data)
 
 
-def hessian_by_hvp(fun, u, *args, chunk: int = 128):
+def tangent_chunk(tree, max_chunk: int = 128, budget: int = 2 ** 21) -> int:
+    """Tangents per vectorised batch for data ``tree``: about ``budget`` data entries times
+    tangents at once (each tangent of a forward pass holds several arrays the size of the
+    data), at most ``max_chunk``, at least 1. Shapes are static, so this works under ``jit``."""
+    entries = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(tree))
+    return int(max(1, min(max_chunk, budget // max(entries, 1))))
+
+
+def hessian_by_hvp(fun, u, *args, chunk: int | None = None):
     """``d2 fun(u, *args) / du2`` from ``D`` Hessian-vector products, ``chunk`` at a time.
 
     Same value as :func:`hessian`, but memory holds ``chunk`` tangents of the forward pass
-    instead of ``D`` (which for long data and ``D`` in the hundreds is gigabytes).
+    instead of ``D`` (which for long data and ``D`` in the hundreds is gigabytes). ``chunk``
+    defaults to :func:`tangent_chunk` of ``args`` (pass the data there, not in a closure).
     """
+    chunk = tangent_chunk(args) if chunk is None else chunk
     _, hvp = jax.linearize(lambda x: jax.grad(fun)(x, *args), u)
     return lax.map(hvp, jnp.eye(u.shape[0], dtype=u.dtype), batch_size=min(chunk, u.shape[0]))
 

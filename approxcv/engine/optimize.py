@@ -178,7 +178,7 @@ def newton_minimize(fun, u0, args=None, *, max_steps: int = 30, scale: float = 1
         return fun(u, args) / scale
 
     value_and_grad = jax.value_and_grad(scaled)
-    hess = lambda u: hessian_by_hvp(scaled, u)  # noqa: E731
+    hess = lambda u: hessian_by_hvp(lambda x, a: fun(x, a) / scale, u, args)  # noqa: E731
 
     def _damped_step(u, f0, g, h, mu0):
         """Smallest ``mu`` on the ladder ``mu0, 10 mu0, ...`` giving a sufficient decrease."""

@@ -151,3 +151,13 @@ def test_chunked_hessian_equals_the_one_sweep_hessian():
     u, w = jnp.asarray(rng.normal(size=5)), jnp.asarray(rng.uniform(size=7))
     np.testing.assert_allclose(np.asarray(engine.derivatives.hessian_by_hvp(fun, u, w, a, chunk=2)),
                                np.asarray(engine.hessian(fun, u, w, a)), rtol=1e-12, atol=1e-12)
+    # default chunk from the data size
+    np.testing.assert_allclose(np.asarray(engine.derivatives.hessian_by_hvp(fun, u, w, a)),
+                               np.asarray(engine.hessian(fun, u, w, a)), rtol=1e-12, atol=1e-12)
+
+
+def test_tangent_chunk_shrinks_with_the_data():
+    chunk = engine.derivatives.tangent_chunk
+    assert chunk((np.zeros(7), np.zeros((7, 5)))) == 128
+    assert chunk({"x": np.zeros((2 ** 14, 16))}) == 8            # 2^21 / 2^18 entries
+    assert chunk([np.zeros(10 ** 7)]) == 1
