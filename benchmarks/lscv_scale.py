@@ -73,6 +73,7 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
     out["fit_warnings"] = sorted({str(w.message)[:120] for w in caught})
     out["fit_grad_norm"] = float(np.min(model.fit_result_["grad_norm"]))
     out["rss_after_fit_gb"] = peak_rss_gb()
+    print(f"fit {out['fit_seconds']:.0f}s, grad norm {out['fit_grad_norm']:.3g}", flush=True)
 
     folds = acv.folds.leave_one_out(n_seq)
     kw = dict(params=params, level="structure", progress=False)
@@ -95,6 +96,7 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
                 "dense_hessian_would_need_gb": d["num_params"] ** 2 * 8 / 1e9,
                 "ij_fold_loss": ij.fold_loss.tolist()})
 
+    print({k: v for k, v in out.items() if not isinstance(v, list)}, flush=True)
     sub = folds[:n_exact]
     t = time.perf_counter()
     with warnings.catch_warnings():
