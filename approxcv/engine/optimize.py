@@ -31,26 +31,24 @@ def _gradient_terminate(self, fn, y, args, options, state, tags):
     return state.terminate | small, state.result
 
 
-class _BFGS(optx.BFGS):
-    """optimistix BFGS that also stops once ``||grad F|| <= gtol``."""
-    gtol: float
+def _with_gradient_stop(solver_class):
+    """``solver_class`` (an optimistix quasi-Newton minimiser) that also stops once
+    ``||grad F|| <= gtol``."""
+    class Solver(solver_class):
+        gtol: float
 
-    def __init__(self, rtol: float, atol: float, gtol: float):
-        super().__init__(rtol, atol)
-        self.gtol = gtol
+        def __init__(self, rtol: float, atol: float, gtol: float):
+            super().__init__(rtol, atol)
+            self.gtol = gtol
 
-    terminate = _gradient_terminate
+        terminate = _gradient_terminate
+
+    Solver.__name__ = Solver.__qualname__ = f"{solver_class.__name__}WithGradientStop"
+    return Solver
 
 
-class _LBFGS(optx.LBFGS):
-    """optimistix L-BFGS that also stops once ``||grad F|| <= gtol``."""
-    gtol: float
-
-    def __init__(self, rtol: float, atol: float, gtol: float):
-        super().__init__(rtol, atol)
-        self.gtol = gtol
-
-    terminate = _gradient_terminate
+_BFGS = _with_gradient_stop(optx.BFGS)
+_LBFGS = _with_gradient_stop(optx.LBFGS)
 
 
 class MinimizeResult(NamedTuple):
