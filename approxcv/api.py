@@ -36,8 +36,7 @@ def _objective_scale(model, prepared, num_units) -> float:
 
 def _heldout_batch_size(objective, num_folds: int) -> int:
     """Folds evaluated per vectorised batch: about 2e6 units (or 4e6 data entries) at once."""
-    entries = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(objective.data))
-    size = max(objective.num_units, entries // 2, 1)
+    size = max(objective.num_units, engine.derivatives.data_entries(objective.data) // 2, 1)
     return int(max(1, min(num_folds, 2_000_000 // size)))
 
 

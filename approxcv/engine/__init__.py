@@ -20,5 +20,5 @@ __all__ = ["cross_jacobian", "gradient", "hessian", "fit_diagnostics", "exact_pa
            "ij_params", "HessianFactor", "factor_hessian", "solve", "newton_params",
            "WeightedObjective", "make_objective", "MinimizeResult", "minimize",
            "batched_minimize", "gradient_hessian_jacobian", "structure_derivatives",
-           "cg_diagnostics", "CGResult", "block_conjugate_gradient", "conjugate_gradient", "ij_params_cg",
-           "newton_params_cg", "MAX_DENSE_DIM"]
+           "cg_diagnostics", "CGResult", "block_conjugate_gradient", "conjugate_gradient",
+           "ij_params_cg", "newton_params_cg", "MAX_DENSE_DIM"]

@@ -28,12 +28,16 @@ def hessian(fun, u, w, data=None):
     return jax.jacfwd(jax.grad(fun, argnums=0), argnums=0)(u, w, data)
 
 
+def data_entries(tree) -> int:
+    """Number of array entries in the pytree ``tree`` (static shapes: works under ``jit``)."""
+    return sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(tree))
+
+
 def tangent_chunk(tree, max_chunk: int = 128, budget: int = 2 ** 21) -> int:
     """Tangents per vectorised batch for data ``tree``: about ``budget`` data entries times
     tangents at once (each tangent of a forward pass holds several arrays the size of the
-    data), at most ``max_chunk``, at least 1. Shapes are static, so this works under ``jit``."""
-    entries = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(tree))
-    return int(max(1, min(max_chunk, budget // max(entries, 1))))
+    data), at most ``max_chunk``, at least 1."""
+    return int(max(1, min(max_chunk, budget // max(data_entries(tree), 1))))
 
 
 def hessian_by_hvp(fun, u, *args, chunk: int | None = None):

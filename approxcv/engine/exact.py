@@ -30,12 +30,12 @@ class RefitBatch:
         self.max_steps, self.newton_steps, self.solver = max_steps, newton_steps, solver
 
     def __call__(self, u_full, weights, data):
-        if getattr(self, "solver", "bfgs") == "newton":
+        if self.solver == "newton":
             solver = batched_newton_minimize(self.fun, self.scale, self.max_steps)
         else:
-            method = getattr(self, "solver", "bfgs")
             solver = batched_minimize(self.fun, self.scale, self.max_steps,
-                                      0 if method == "lbfgs" else self.newton_steps, method)
+                                      0 if self.solver == "lbfgs" else self.newton_steps,
+                                      self.solver)
         size = len(weights)
         if self.pad_to and size < self.pad_to:  # same shapes for every batch: compile once
             weights = np.concatenate([weights, np.repeat(weights[-1:], self.pad_to - size, 0)])

@@ -128,7 +128,6 @@ def test_structure_accumulation_equals_one_sweep_and_runs_on_executors(sequences
     np.testing.assert_allclose(ja, np.asarray(j), rtol=1e-9, atol=1e-8)
 
 
-
 def test_large_dimension_defaults_use_lbfgs_refits_that_match_bfgs(sequences_fit):
     model, seqs, params = sequences_fit
     folds = acv.folds.leave_one_out(len(seqs))[:2]
