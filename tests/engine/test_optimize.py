@@ -1,5 +1,4 @@
 """The shared optimiser: BFGS / L-BFGS with a gradient stop, Newton polish, damped Newton."""
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
