@@ -22,6 +22,8 @@ Memory: peak resident set size of the process after each stage (``ru_maxrss``).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import resource
 import time
 import warnings
@@ -29,7 +31,7 @@ import warnings
 import numpy as np
 
 import approxcv as acv
-from _common import figure, save_figure, write_results
+from _common import RESULTS, figure, save_figure, write_results
 
 
 def peak_rss_gb() -> float:
@@ -55,8 +57,18 @@ def wide_sequences(n: int, channels: int):
     return seqs
 
 
+def write_partial(stem: str, out: dict):
+    """Write the results gathered so far (``stage`` says how far the run got), so that a
+    run cut off during a later stage keeps its earlier measurements."""
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, stem + ".json"), "w") as f:
+        json.dump(out, f, indent=1, default=float)
+
+
 def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
-         channels: int | None = None, exact_solver: str | None = None):
+         channels: int | None = None, exact_solver: str | None = None,
+         cg_rtol: float | None = None, compare_rtol: float | None = None):
+    stem = f"lscv_scale_{which}" + (f"_R{channels}" if channels else "")
     n_seq = 16 if quick else 64
     if which == "wide":
         seqs = wide_sequences(n_seq, channels or (100 if quick else 1500))
@@ -75,13 +87,18 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
     out["fit_grad_norm"] = float(np.min(model.fit_result_["grad_norm"]))
     out["rss_after_fit_gb"] = peak_rss_gb()
     print(f"fit {out['fit_seconds']:.0f}s, grad norm {out['fit_grad_norm']:.3g}", flush=True)
+    if not quick:
+        write_partial(stem, {**out, "stage": "fit"})
 
     folds = acv.folds.leave_one_out(n_seq)
     kw = dict(params=params, level="structure", progress=False)
+    cg = dict(solver="cg", cg_max_steps=3000)
+    if cg_rtol is not None:
+        cg["cg_rtol"] = cg_rtol
     t = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ij = acv.cross_validate(model, seqs, folds, "ij", solver="cg", cg_max_steps=3000, **kw)
+        ij = acv.cross_validate(model, seqs, folds, "ij", **cg, **kw)
     out["ij_seconds"] = time.perf_counter() - t
     out["ij_warnings"] = sorted({str(w.message)[:160] for w in caught})
     d = ij.diagnostics
@@ -92,12 +109,33 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
                 "cg_steps_max": int(np.max(d["cg_num_steps"])),
                 "cg_steps_median": float(np.median(d["cg_num_steps"])),
                 "cg_all_converged": bool(np.all(d["cg_converged"])),
+                "cg_rtol": d["cg_rtol"],
+                # the last system is the full-data Newton step, solved to its own tolerance
+                "cg_newton_rtol": d.get("cg_newton_rtol"),
+                "cg_newton_steps": int(d["cg_num_steps"][-1]),
+                "cg_max_residual_folds": float(np.max(d["cg_residual"][:-1])),
                 "cg_max_residual": float(np.max(d["cg_residual"])),
                 "ij_stage_seconds": ij.stage_seconds, "rss_after_ij_gb": peak_rss_gb(),
                 "dense_hessian_would_need_gb": d["num_params"] ** 2 * 8 / 1e9,
                 "ij_fold_loss": ij.fold_loss.tolist()})
 
     print({k: v for k, v in out.items() if not isinstance(v, list)}, flush=True)
+    if compare_rtol is not None:
+        # the CG tolerance's share of the IJ error: the same IJ solved to ``compare_rtol``
+        # (not part of any timing ratio)
+        t = time.perf_counter()
+        tight = acv.cross_validate(model, seqs, folds, "ij", **{**cg, "cg_rtol": compare_rtol},
+                                   **kw)
+        diff = np.abs(tight.fold_loss - ij.fold_loss)
+        out.update({"compare_rtol": compare_rtol,
+                    "compare_seconds": time.perf_counter() - t,
+                    "compare_cg_steps_max": int(np.max(tight.diagnostics["cg_num_steps"])),
+                    "compare_max_abs_fold_loss_diff": float(np.max(diff)),
+                    "compare_max_rel_fold_loss_diff":
+                        float(np.max(diff / np.abs(tight.fold_loss)))})
+        print({k: v for k, v in out.items() if k.startswith("compare")}, flush=True)
+    if not quick:
+        write_partial(stem, {**out, "stage": "ij"})
     sub = folds[:n_exact]
     t = time.perf_counter()
     with warnings.catch_warnings():
@@ -120,8 +158,8 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
                 "speedup_exact_over_ij_extrapolated": per_fold * n_seq / out["ij_seconds"],
                 "rss_after_exact_gb": peak_rss_gb()})
     out["target_ij_20x_faster"] = out["speedup_exact_over_ij_extrapolated"] >= 20
+    out["stage"] = "complete"
     print({k: v for k, v in out.items() if not isinstance(v, list)})
-    stem = f"lscv_scale_{which}" + (f"_R{channels}" if channels else "")
     write_results(stem, quick, out, plot)
     return out
 
@@ -152,5 +190,11 @@ if __name__ == "__main__":
                         help="wide model: channels R (D = 8 R + 15; default 1500, quick 100)")
     parser.add_argument("--exact-solver", choices=("bfgs", "lbfgs", "newton"), default=None,
                         help="exact refits (default: the engine's choice by D)")
+    parser.add_argument("--cg-rtol", type=float, default=None,
+                        help="CG relative residual tolerance (default: cross_validate's)")
+    parser.add_argument("--compare-rtol", type=float, default=None,
+                        help="also solve the IJ to this tolerance and record how much the "
+                             "fold losses move (untimed)")
     args = parser.parse_args()
-    main(args.quick, args.fit_steps, args.n_exact, args.model, args.channels, args.exact_solver)
+    main(args.quick, args.fit_steps, args.n_exact, args.model, args.channels, args.exact_solver,
+         args.cg_rtol, args.compare_rtol)

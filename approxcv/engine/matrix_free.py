@@ -48,10 +48,11 @@ def conjugate_gradient(matvec, rhs, rtol: float = 1e-10, max_steps: int = 1000) 
     HVP). Standard CG from ``x = 0``: ``alpha = r'r / p'Ap``, ``x += alpha p``,
     ``r -= alpha Ap``, ``p = r + (r'r)_new / r'r p``; a system stops when
     ``||r|| <= rtol ||b||`` or when ``p'Ap <= 0`` (not positive definite, recorded in
-    ``min_curvature``).
+    ``min_curvature``). ``rtol`` is a scalar or one tolerance per system ``(m,)``.
     """
     dot = lambda a, b: jnp.sum(a * b, axis=-1)  # noqa: E731
     b_norm = jnp.linalg.norm(rhs, axis=-1)
+    rtol = jnp.broadcast_to(jnp.asarray(rtol, rhs.dtype), b_norm.shape)
     tol = rtol * jnp.where(b_norm > 0, b_norm, 1.0)
     m = rhs.shape[0]
     init = (jnp.zeros_like(rhs), rhs, rhs, dot(rhs, rhs), jnp.zeros(m, jnp.int32),
@@ -104,9 +105,11 @@ def block_conjugate_gradient(matvec, rhs, rtol: float = 1e-10,
     ``lambda_min(C)`` (a Rayleigh quotient of ``A`` over the block) bounds ``lambda_min(A)``
     from above; it is recorded as ``min_curvature``, and a non-positive value stops the
     run. ``num_steps[j]`` is the step at which system ``j`` first met
-    ``||r_j|| <= rtol ||b_j||``.
+    ``||r_j|| <= rtol_j ||b_j||`` (``rtol``: a scalar or one tolerance per system); the run
+    stops when every system has met its tolerance.
     """
     b_norm = jnp.linalg.norm(rhs, axis=1)
+    rtol = jnp.broadcast_to(jnp.asarray(rtol, rhs.dtype), b_norm.shape)
     scale = jnp.where(b_norm > 0, b_norm, 1.0)
     b = (rhs / scale[:, None]).T                 # (D, m), unit columns: no system is lost
     m = b.shape[1]                               # to round-off next to a much larger one
@@ -168,7 +171,7 @@ def _batched(fn, xs, batch_size):
 @partial(jax.jit, static_argnums=(0, 5, 6, 7, 8))
 def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
                  batch_size: int = 64, hvp_batch_size: int | None = None,
-                 block: bool = True):
+                 block: bool = True, newton_rtol=None):
     """Matrix-free IJ for every fold: ``u_1 + H^{-1} J (1 - w_o)`` by batched CG.
 
     Args:
@@ -183,6 +186,9 @@ def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
             (``None``: all systems at once); bounds memory when the data are large.
         block: one block CG over all systems (:func:`block_conjugate_gradient`; they share
             ``H``), else independent CG runs in lock-step (:func:`conjugate_gradient`).
+        newton_rtol: tolerance of the full-data Newton system ``H s = g`` (``None``: ``rtol``).
+            At an unconverged fit ``g`` lies mostly along low-curvature directions, so this
+            diagnostic system can need many more steps than the folds' systems.
 
     Returns:
         ``(params (n_folds, D), grad (D,), newton_step (D,), CGResult)``: the last row of
@@ -195,8 +201,10 @@ def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
     _, hvp = jax.linearize(lambda u: grad_u(u, ones, data), u_full)
     rhs = _batched(dir_w, 1.0 - weights, batch_size)
     solver = block_conjugate_gradient if block else conjugate_gradient
+    tols = jnp.full(rhs.shape[0] + 1, rtol, u_full.dtype)
+    tols = tols.at[-1].set(rtol if newton_rtol is None else newton_rtol)
     sol = solver(lambda v: _batched(hvp, v, hvp_batch_size),
-                 jnp.concatenate([rhs, grad[None]]), rtol, max_steps)
+                 jnp.concatenate([rhs, grad[None]]), tols, max_steps)
     return u_full[None, :] + sol.x[:-1], grad, sol.x[-1], sol
 
 

@@ -56,6 +56,33 @@ def test_block_cg_matches_a_dense_solve_in_far_fewer_steps_than_independent_cg()
     assert eigs[0] - 1e-9 <= float(block.min_curvature[0]) <= eigs[-1]
 
 
+def test_cg_per_system_tolerances_and_a_loose_system_does_not_set_the_step_count():
+    """One tolerance per system: each meets its own; a loosely solved system (the Newton-step
+    diagnostic of the IJ) stops no later than the tight ones and does not prolong the run."""
+    rng = np.random.default_rng(2)
+    d, m = 200, 6
+    eigs = np.logspace(0, 4, d)
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    a = jnp.asarray((q * eigs) @ q.T)
+    rhs = rng.normal(size=(m, d))
+    rtol = np.array([1e-10] * (m - 1) + [1e-2])
+    exact = np.linalg.solve(np.asarray(a), rhs.T).T
+    for solve in (engine.block_conjugate_gradient, engine.conjugate_gradient):
+        sol = solve(lambda v: v @ a, jnp.asarray(rhs), jnp.asarray(rtol), 5000)
+        res, steps = np.asarray(sol.residual_norm), np.asarray(sol.num_steps)
+        assert np.all(np.asarray(sol.converged)) and np.all(res <= rtol)
+        assert steps[-1] < steps[:-1].min()
+        np.testing.assert_allclose(np.asarray(sol.x[:-1]), exact[:-1], rtol=1e-6, atol=1e-9)
+    loose_alone = engine.block_conjugate_gradient(lambda v: v @ a, jnp.asarray(rhs[-1:]), 1e-2,
+                                                  5000)
+    assert float(loose_alone.residual_norm[0]) <= 1e-2
+    tight_all = engine.block_conjugate_gradient(lambda v: v @ a, jnp.asarray(rhs), 1e-10, 5000)
+    mixed = engine.block_conjugate_gradient(lambda v: v @ a, jnp.asarray(rhs), jnp.asarray(rtol),
+                                            5000)
+    # the loose system no longer sets the block's step count
+    assert int(np.max(mixed.num_steps)) == int(np.max(np.asarray(tight_all.num_steps)[:-1]))
+
+
 def test_block_cg_stops_on_an_indefinite_matrix():
     rng = np.random.default_rng(1)
     d, m = 15, 4
