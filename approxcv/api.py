@@ -149,7 +149,7 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
         cg_rtol, cg_max_steps: CG relative residual tolerance and step limit (recorded in
             ``diagnostics``). The default ``1e-5`` (as in SciPy's and JAX's ``cg``) is far
             below the IJ's own error: on the ``D = 3,015`` problem of
-            ``benchmarks/lscv_scale.py`` the fold losses move by at most 6e-8 nats between
+            ``benchmarks/lscv_scale.py`` the fold losses move by at most 3e-6 nats between
             ``1e-5`` and ``1e-8``, while IJ and exact refits differ by 1-9 nats. With
             ``method="ij"`` the full-data Newton step (a diagnostic) is solved alongside to
             ``max(cg_rtol, 1e-3)``.
