@@ -82,14 +82,15 @@ def _dense_derivatives(obj, level, with_jacobian, executor, structure_batch_size
 NEWTON_DIAGNOSTIC_RTOL = 1e-3
 
 
-def _matrix_free_derivatives(obj, weights, method, rtol, max_steps, batch_size):
-    """``(g, H^{-1} g, IJ parameters or None, CGResult of the full-data system)`` by CG."""
+def _matrix_free_derivatives(obj, weights, method, rtol, max_steps, batch_size,
+                             newton_rtol):
+    """``(g, H^{-1} g, IJ parameters or None, CGResult of the full-data system)`` by CG;
+    with ``method="ij"`` the Newton system is solved to ``newton_rtol``."""
     if method == "ij":
         hvp_batch = _heldout_batch_size(obj, len(weights) + 1)
         params, grad, step, cg = _block(engine.ij_params_cg(
             obj.fun, obj.u_full, weights, obj.data, rtol, max_steps,
-            min(batch_size or 64, hvp_batch), hvp_batch, True,
-            max(rtol, NEWTON_DIAGNOSTIC_RTOL)))
+            min(batch_size or 64, hvp_batch), hvp_batch, True, newton_rtol))
         return grad, step, params, cg
     ones = jnp.ones((1, obj.num_units))
     params, cg = _block(engine.newton_params_cg(obj.fun, obj.u_full, ones, obj.data, rtol,
@@ -207,12 +208,13 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
             obj, level, method == "ij", executor, structure_batch_size, progress, warn)
         diagnostics = engine.fit_diagnostics(grad, factor, obj.u_full, warn=warn)
     else:
+        newton_rtol = max(cg_rtol, NEWTON_DIAGNOSTIC_RTOL)
         grad, step, cg_fold, cg_full = _matrix_free_derivatives(
-            obj, weights, method, cg_rtol, cg_max_steps, batch_size)
+            obj, weights, method, cg_rtol, cg_max_steps, batch_size, newton_rtol)
         diagnostics = engine.cg_diagnostics(grad, step, cg_full, obj.u_full, cg_rtol,
                                             cg_max_steps, warn=warn)
         if method == "ij":  # last system: the Newton step, to its own tolerance
-            diagnostics["cg_newton_rtol"] = max(cg_rtol, NEWTON_DIAGNOSTIC_RTOL)
+            diagnostics["cg_newton_rtol"] = newton_rtol
     diagnostics["num_params"] = dim
     stages["derivatives"] = time.perf_counter() - t
     t = time.perf_counter()

@@ -13,12 +13,18 @@ import os
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
-def write_results(name: str, quick: bool, out: dict, plot) -> str:
-    """Write ``out`` as JSON and ``plot(out, png_path)``; return the path stem."""
+def write_json(name: str, quick: bool, out: dict) -> str:
+    """Write ``out`` as ``results/<name>[_quick].json``; return the path stem."""
     os.makedirs(RESULTS, exist_ok=True)
     stem = os.path.join(RESULTS, name + ("_quick" if quick else ""))
     with open(stem + ".json", "w") as f:
         json.dump(out, f, indent=1, default=float)
+    return stem
+
+
+def write_results(name: str, quick: bool, out: dict, plot) -> str:
+    """Write ``out`` as JSON and ``plot(out, png_path)``; return the path stem."""
+    stem = write_json(name, quick, out)
     plot(out, stem + ".png")
     return stem
 

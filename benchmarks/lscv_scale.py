@@ -22,8 +22,6 @@ Memory: peak resident set size of the process after each stage (``ru_maxrss``).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import resource
 import time
 import warnings
@@ -31,7 +29,7 @@ import warnings
 import numpy as np
 
 import approxcv as acv
-from _common import RESULTS, figure, save_figure, write_results
+from _common import figure, save_figure, write_json, write_results
 
 
 def peak_rss_gb() -> float:
@@ -57,14 +55,6 @@ def wide_sequences(n: int, channels: int):
     return seqs
 
 
-def write_partial(stem: str, out: dict):
-    """Write the results gathered so far (``stage`` says how far the run got), so that a
-    run cut off during a later stage keeps its earlier measurements."""
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, stem + ".json"), "w") as f:
-        json.dump(out, f, indent=1, default=float)
-
-
 def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
          channels: int | None = None, exact_solver: str | None = None,
          cg_rtol: float | None = None, compare_rtol: float | None = None):
@@ -87,8 +77,8 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
     out["fit_grad_norm"] = float(np.min(model.fit_result_["grad_norm"]))
     out["rss_after_fit_gb"] = peak_rss_gb()
     print(f"fit {out['fit_seconds']:.0f}s, grad norm {out['fit_grad_norm']:.3g}", flush=True)
-    if not quick:
-        write_partial(stem, {**out, "stage": "fit"})
+    # results so far (``stage`` says how far the run got): a run cut off later keeps them
+    write_json(stem, quick, {**out, "stage": "fit"})
 
     folds = acv.folds.leave_one_out(n_seq)
     kw = dict(params=params, level="structure", progress=False)
@@ -134,8 +124,7 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
                     "compare_max_rel_fold_loss_diff":
                         float(np.max(diff / np.abs(tight.fold_loss)))})
         print({k: v for k, v in out.items() if k.startswith("compare")}, flush=True)
-    if not quick:
-        write_partial(stem, {**out, "stage": "ij"})
+    write_json(stem, quick, {**out, "stage": "ij"})
     sub = folds[:n_exact]
     t = time.perf_counter()
     with warnings.catch_warnings():
