@@ -11,7 +11,7 @@ import numpy as np
 
 from . import engine
 from ._validate import check_choice, check_finite
-from .errors import ArgumentTypeError, ConvergenceWarning, InvalidDataError
+from .errors import ArgumentTypeError, ConvergenceWarning, InvalidDataError, LocalOptimumWarning
 from .folds import as_folds
 from .results import CVResult
 
@@ -55,6 +55,48 @@ def heldout_losses(objective: engine.WeightedObjective, params_flat, weights,
     batch_size = batch_size or _heldout_batch_size(objective, len(weights))
     return _block(_heldout_batched(objective.heldout, jnp.asarray(params_flat),
                                    jnp.asarray(weights), objective.data, int(batch_size)))
+
+
+@partial(jax.jit, static_argnums=(0, 4))
+def _objective_batched(fun, params_flat, weights, data, batch_size):
+    return jax.lax.map(lambda u: fun(u, weights, data), params_flat, batch_size=batch_size)
+
+
+def _record_better_optima(diagnostics, obj, refits, folds, batch_size, warn):
+    """Compare the full-data objective at every exact refit with that at the full fit.
+
+    A refit ``u_o`` with ``F(u_o; 1) < F(u_full; 1)`` shows that ``u_full`` is not the best
+    local optimum: the refits can jump to a better one, which IJ and NS (expansions around
+    ``u_full``) cannot follow, so the two disagree for a reason that is not the
+    approximation's. Records ``full_objective``, ``exact_full_objective`` (per fold) and,
+    when any fold is lower by more than ``1e-9 * scale``, ``better_optimum_folds`` and
+    ``better_optimum_gap`` (the largest decrease), with a :class:`LocalOptimumWarning`
+    (unless the fit is already flagged as inexact).
+    """
+    ones = jnp.ones(obj.num_units)
+    at_fit = float(obj.fun(obj.u_full, ones, obj.data))
+    at_refits = np.asarray(_objective_batched(obj.fun, refits, ones, obj.data,
+                                              int(batch_size)))
+    diagnostics["full_objective"] = at_fit
+    diagnostics["exact_full_objective"] = at_refits
+    better = at_refits < at_fit - 1e-9 * obj.scale
+    if not better.any():
+        return
+    gap = float(at_fit - at_refits[better].min())
+    diagnostics["better_optimum_folds"] = folds.ids[better]
+    diagnostics["better_optimum_gap"] = gap
+    if warn and not diagnostics.get("inexact_fit", False):
+        first = int(folds.ids[better][np.argmin(at_refits[better])])
+        warnings.warn(
+            f"the full-data objective is lower at the exact refits of {int(better.sum())} of "
+            f"{len(folds)} folds than at `params` (by up to {gap:.4g}, fold {first}): "
+            "`params` is a local optimum but not the best, and refits that jump to a better "
+            "one cannot be followed by IJ or NS. Refit, e.g. model.fit(data, init_params="
+            f"result.fold_params({first})) or with perturbation restarts (n_perturb), and "
+            "rerun. Listed in diagnostics['better_optimum_folds']", LocalOptimumWarning,
+            stacklevel=3)
+
+
 
 
 def _dense_derivatives(obj, level, with_jacobian, executor, structure_batch_size, progress,
@@ -247,6 +289,8 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
         diagnostics.update({"exact_converged": out["converged"],
                             "exact_num_steps": out["num_steps"],
                             "exact_grad_norm": out["grad_norm"]})
+        _record_better_optima(diagnostics, obj, params_flat, folds,
+                              batch_size or _heldout_batch_size(obj, len(folds)), warn)
     stages["refit" if method == "exact" else "solve"] = time.perf_counter() - t
     t = time.perf_counter()
     fold_loss, point_all = heldout_losses(obj, params_flat, weights, batch_size)

@@ -58,6 +58,11 @@ class InexactFitWarning(ApproxCVWarning):
     """The supplied parameters are not a stationary point (large gradient norm)."""
 
 
+class LocalOptimumWarning(ApproxCVWarning):
+    """An exact refit reached a lower full-data objective than the supplied parameters: they
+    are a local optimum that is not the best one found."""
+
+
 class ConvergenceWarning(ApproxCVWarning):
     """An optimiser stopped before its convergence criterion was met."""
 

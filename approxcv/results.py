@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
 import numpy as np
 import pandas as pd
 
@@ -50,6 +51,18 @@ class CVResult:
 
     def __len__(self) -> int:
         return len(self.fold_loss)
+
+    def fold_params(self, fold_id: int):
+        """The model parameters of the fold with id ``fold_id`` (e.g. to refit from them).
+
+        Raises:
+            InvalidArgumentError: no fold has that id.
+        """
+        hits = np.flatnonzero(self.fold_ids == fold_id)
+        if hits.size == 0:
+            raise InvalidArgumentError(f"no fold has id {fold_id!r}")
+        i = int(hits[0])
+        return jax.tree_util.tree_map(lambda leaf: np.asarray(leaf)[i], self.params)
 
     def __repr__(self) -> str:
         return (f"CVResult(method={self.method!r}, scheme={self.scheme!r}, level={self.level!r}, "

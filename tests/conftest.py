@@ -26,6 +26,24 @@ def simulate_gaussian_hmm(T, R=2, seed=0, ar=0.0):
     return x
 
 
+def simulate_overdispersed_counts(seed=2):
+    """120 counts from 3 regimes of 12 steps with Gamma(3, 1/3) rate noise: a 4-state
+    Poisson HMM fitted to them has several local optima (a deliberately misspecified fit)."""
+    rng = np.random.default_rng(seed)
+    z = np.repeat(rng.integers(0, 3, size=10), 12)
+    noise = rng.gamma(3.0, 1 / 3.0, size=z.size)
+    return rng.poisson(np.array([2.0, 4.0, 7.0])[z] * noise).astype(float)
+
+
+@pytest.fixture(scope="session")
+def poisson_local_optimum():
+    """``(model, x, params)``: one start of ``PoissonHMM(4)`` ends in a local optimum
+    (objective 277.37) that is not the best (perturbation restarts reach 274.36)."""
+    x = simulate_overdispersed_counts()
+    model = acv.models.PoissonHMM(4, n_init=1, seed=2)
+    return model, x, model.fit(x)
+
+
 @pytest.fixture(scope="session")
 def poisson_small():
     """A fitted 2-state Poisson HMM on 120 simulated counts."""

@@ -6,7 +6,7 @@ import pytest
 
 import approxcv as acv
 from approxcv.errors import (ArgumentTypeError, FoldIndexError, InexactFitWarning,
-                             InvalidArgumentError, InvalidDataError)
+                             InvalidArgumentError, InvalidDataError, LocalOptimumWarning)
 
 
 def test_cross_validate_result_shapes_and_frames(poisson_small):
@@ -72,6 +72,34 @@ def test_inexact_fit_is_reported_and_ij_still_tracks_exact(poisson_small):
         exact = acv.cross_validate(model, x, folds, params=rough, method="exact",
                                    progress=False)
     assert acv.compare(ij, exact).attrs["mean_rel_error_point"] < 0.05
+
+
+def test_exact_cv_flags_refits_that_reach_a_better_optimum(poisson_local_optimum):
+    """At a stationary local optimum that is not the best, an exact refit that reaches a
+    lower full-data objective is flagged, and refitting from it finds the better optimum."""
+    model, x, params = poisson_local_optimum
+    folds = acv.folds.iid(len(x), 0.3, 6, seed=0)
+    with pytest.warns(LocalOptimumWarning, match="not the best"):
+        ex = acv.cross_validate(model, x, folds, method="exact", params=params,
+                                progress=False)
+    d = ex.diagnostics
+    assert not d["inexact_fit"]
+    lower = d["exact_full_objective"] < d["full_objective"]
+    np.testing.assert_array_equal(d["better_optimum_folds"], folds.ids[lower])
+    assert lower.any() and d["better_optimum_gap"] > 0.5
+    fid = int(d["better_optimum_folds"][0])
+    refit = acv.models.PoissonHMM(4, n_init=1, seed=2)
+    better = refit.fit(x, init_params=ex.fold_params(fid))
+    assert refit.fit_result_["final_objective"] < d["full_objective"] - 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LocalOptimumWarning)
+        again = acv.cross_validate(refit, x, folds, method="exact", params=better,
+                                   progress=False)
+    assert "better_optimum_folds" not in again.diagnostics
+    assert np.all(again.diagnostics["exact_full_objective"] >= again.diagnostics[
+        "full_objective"])
+    with pytest.raises(InvalidArgumentError, match="no fold"):
+        ex.fold_params(99)
 
 
 def test_compare_matches_fold_ids_and_checks_units(poisson_small):

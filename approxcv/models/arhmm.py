@@ -169,27 +169,33 @@ class AutoregressiveEmissions(HMM):
         return jnp.where(jnp.asarray(rows == cols), jnp.log(jnp.abs(vals)), vals)
 
     # ------------------------------------------------------------------ fit
-    def fit(self, data, level: str | None = None):
+    def fit(self, data, level: str | None = None, init_params=None):
         """MAP fit as :meth:`HMM.fit`, but the starts are refined one after another.
 
         ``HMM.fit`` refines all starts in one ``vmap`` and polishes each with two exact
         Newton steps; the dense Hessian of these models costs memory proportional to
-        ``D`` times the data size per start, so here the starts run sequentially and the
-        Newton polish is used only when ``D <= newton_max_dim`` (default 400), and L-BFGS
-        replaces BFGS above ``approxcv.engine.MAX_DENSE_DIM`` parameters.
+        ``D`` times the data size per start, so here the starts (and the perturbation
+        restarts, ``n_perturb``) run sequentially and the Newton polish is used only when
+        ``D <= newton_max_dim`` (default 400), and L-BFGS replaces BFGS above
+        ``approxcv.engine.MAX_DENSE_DIM`` parameters.
         """
         seqs, level, n = self.prepare(data, level)
-        starts = self.initial_params(seqs, self.n_init, self.seed)
+        starts = self._extra_starts(init_params) + self.initial_params(seqs, self.n_init,
+                                                                       self.seed)
         scale = self.objective_scale(seqs)
         obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
         newton, method = fit_method(obj.u_full.size,
                                     2 if obj.u_full.size <= self.newton_max_dim else 0)
         solve = batched_minimize(obj.fun, scale, self.max_steps, newton, method)
-        runs = [solve(make_objective(self, seqs, p, "A", level, n).u_full[None],
-                      jnp.ones((1, n)), seqs) for p in starts]
-        res = jax.tree_util.tree_map(lambda *r: jnp.concatenate(r), *runs)
-        return self._best_start(res, obj, f"{self.max_steps} optimiser steps",
-                                newton_steps=newton)
+
+        def one_by_one(u0s, weights):
+            runs = [solve(u[None], w[None], seqs) for u, w in zip(u0s, weights)]
+            return jax.tree_util.tree_map(lambda *r: jnp.concatenate(r), *runs)
+
+        u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
+        res = one_by_one(u0s, jnp.ones((len(starts), n)))
+        self._best_start(res, obj, f"{self.max_steps} optimiser steps", newton_steps=newton)
+        return self._perturbation_restarts(one_by_one, obj, res.u[self.fit_result_["best"]])
 
     # ------------------------------------------------------------------ init
     def initial_params(self, seqs: Sequences, n_init: int, seed: int) -> list:

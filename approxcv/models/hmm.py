@@ -29,6 +29,8 @@ from ..inference import chain
 from ._transforms import dirichlet_log_prior, logits_to_log_simplex, simplex_to_logits
 
 LEVELS = ("within", "structure")
+#: most rounds of :meth:`HMM._perturbation_restarts`
+MAX_PERTURB_ROUNDS = 3
 
 
 class Sequences(NamedTuple):
@@ -51,13 +53,18 @@ class HMM:
 
     def __init__(self, n_states: int, *, initial_concentration: float = 1.1,
                  transition_concentration: float = 1.1, n_init: int = 4, seed: int = 0,
-                 max_steps: int = 2000):
+                 max_steps: int = 2000, n_perturb: int = 0, perturb_frac: float = 0.3):
         self.n_states = check_positive_int("n_states", n_states, 1)
         self.initial_concentration = float(initial_concentration)
         self.transition_concentration = float(transition_concentration)
         self.n_init = check_positive_int("n_init", n_init)
         self.seed = seed
         self.max_steps = check_positive_int("max_steps", max_steps)
+        self.n_perturb = check_positive_int("n_perturb", n_perturb, 0)
+        self.perturb_frac = float(perturb_frac)
+        if not 0.0 < self.perturb_frac < 1.0:
+            raise InvalidArgumentError(
+                f"`perturb_frac` must lie in (0, 1), got {perturb_frac!r}")
         self.fit_result_: dict | None = None
 
     # ----------------------------------------------------------------- data
@@ -196,26 +203,98 @@ class HMM:
                                           *self._initial_emissions(x, rng, i)))
         return inits
 
-    def fit(self, data, level: str | None = None):
+    def fit(self, data, level: str | None = None, init_params=None):
         """MAP fit on all data: BFGS + Newton polish from ``n_init`` starts, best kept.
 
         Above ``approxcv.engine.MAX_DENSE_DIM`` parameters L-BFGS without Newton polish is
         used instead (nothing of size ``D x D`` is formed).
 
-        Starts are refined together with one ``vmap``. The run is recorded in
-        ``self.fit_result_`` (objective, gradient norm and convergence of every start).
+        Starts are refined together with one ``vmap``. With ``n_perturb > 0`` the best fit
+        is then improved by perturbation restarts (:meth:`_perturbation_restarts`). The run
+        is recorded in ``self.fit_result_`` (objective, gradient norm and convergence of
+        every start; ``final_objective`` and ``final_grad_norm`` of the returned fit).
+
+        Args:
+            data, level: as in :meth:`prepare`.
+            init_params: a parameter set (or list of them), e.g. a refit's parameters, tried
+                as extra starts before the model's own ``n_init``.
 
         Raises:
             FitError: no start reached a finite objective.
         """
         seqs, level, n = self.prepare(data, level)
-        starts = self.initial_params(seqs, self.n_init, self.seed)
+        starts = self._extra_starts(init_params) + self.initial_params(seqs, self.n_init,
+                                                                       self.seed)
         scale = self.objective_scale(seqs)
         obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
         u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
         solve, limit = self._fit_solver(obj.fun, scale, obj.u_full.size)
         res = solve(u0s, jnp.ones((len(starts), n)), seqs)
-        return self._best_start(res, obj, limit)
+        self._best_start(res, obj, limit)
+        return self._perturbation_restarts(lambda u, w: solve(u, w, seqs), obj,
+                                           res.u[self.fit_result_["best"]])
+
+    def _extra_starts(self, init_params) -> list:
+        """``init_params`` (one parameter set or a list of them) as a list of starts."""
+        if init_params is None:
+            return []
+        many = isinstance(init_params, (list, tuple)) and not isinstance(
+            init_params, self.params_type)
+        starts = list(init_params) if many else [init_params]
+        for p in starts:
+            if not isinstance(p, self.params_type):
+                raise ArgumentTypeError(
+                    f"`init_params` must be {self.params_type.__name__} (or a list of them), "
+                    f"got {type(p).__name__}")
+        return [self.params_type(*[np.asarray(v) for v in p]) for p in starts]
+
+    def _perturbation_restarts(self, solve, obj, best_u):
+        """Search neighbouring local optima of the MAP objective (a basin-hopping search).
+
+        HMM objectives have many local optima (different segmentations), and the starts of
+        :meth:`fit` can all end in one that is not the best: exact-CV refits then jump to a
+        better optimum that no local approximation (IJ or NS) can follow. Each round refits
+        the current best on ``n_perturb`` random subsamples (every unit dropped with
+        probability ``perturb_frac``, i.e. weights ``w_i in {0, 1}``), polishes every refit
+        on all the data (``w = 1``) and keeps the lowest converged full-data objective if it
+        improves on the current one by more than ``1e-9 * scale``. Rounds repeat (at most
+        ``MAX_PERTURB_ROUNDS``) while they improve.
+
+        Args:
+            solve: ``solve(u0s (m, D), weights (m, n)) -> MinimizeResult`` (batched).
+            obj: the fit's :class:`~approxcv.engine.objective.WeightedObjective`.
+            best_u: the best start's unconstrained parameters ``(D,)``.
+
+        Returns:
+            The best parameters found; ``fit_result_`` gains ``final_objective``,
+            ``final_grad_norm`` and ``perturbation`` (objectives of every round).
+        """
+        r = self.fit_result_
+        best_value = float(r["objective"][r["best"]])
+        best_grad = float(r["grad_norm"][r["best"]])
+        rounds = []
+        rng = np.random.default_rng(self.seed)
+        n = obj.num_units
+        for _ in range(MAX_PERTURB_ROUNDS if self.n_perturb else 0):
+            keep = rng.random((self.n_perturb, n)) >= self.perturb_frac
+            keep[np.arange(self.n_perturb), rng.integers(n, size=self.n_perturb)] = True
+            starts = jnp.tile(best_u, (self.n_perturb, 1))
+            moved = solve(starts, jnp.asarray(keep, dtype=jnp.float64))
+            polished = solve(moved.u, jnp.ones((self.n_perturb, n)))
+            values = np.where(np.asarray(polished.converged)
+                              & np.isfinite(np.asarray(polished.value)),
+                              np.asarray(polished.value), np.inf)
+            rounds.append(values)
+            k = int(np.argmin(values))
+            if not values[k] < best_value - 1e-9 * obj.scale:
+                break
+            best_u, best_value = polished.u[k], float(values[k])
+            best_grad = float(polished.grad_norm[k])
+        r.update(final_objective=best_value, final_grad_norm=best_grad,
+                 perturbation={"n_perturb": self.n_perturb, "frac": self.perturb_frac,
+                               "objective": [v.tolist() for v in rounds],
+                               "improvement": float(r["objective"][r["best"]] - best_value)})
+        return self.params_type(*[np.asarray(p) for p in obj.unravel(best_u)])
 
     def _fit_solver(self, fun, scale: float, dim: int):
         """``(solve, limit)``: the batched optimiser refining the starts of :meth:`fit`

@@ -178,6 +178,33 @@ def test_ar_order_zero_equals_plain_gaussian():
                                rtol=1e-12)
 
 
+def test_perturbation_restarts_leave_a_local_optimum_for_a_better_one(poisson_local_optimum):
+    """The single start ends in a local optimum; subsample refits polished on all data find
+    a lower one, and ``fit_result_`` records the objective of the parameters returned."""
+    model, x, local = poisson_local_optimum
+    start = float(model.fit_result_["objective"][0])
+    assert model.fit_result_["final_objective"] == start  # n_perturb=0: nothing searched
+    search = acv.models.PoissonHMM(4, n_init=1, seed=2, n_perturb=6)
+    best = search.fit(x)
+    r = search.fit_result_
+    assert r["objective"][0] == pytest.approx(start)  # the same start, the same optimum
+    assert r["final_objective"] < start - 1.0 and r["final_grad_norm"] < 1e-6
+    assert r["perturbation"]["improvement"] == pytest.approx(start - r["final_objective"])
+    assert len(r["perturbation"]["objective"]) >= 2  # improved, then a round to confirm
+    ones = np.ones(len(x))
+    assert float(search.objective(best, x, ones)) == pytest.approx(r["final_objective"])
+    assert float(search.objective(local, x, ones)) == pytest.approx(start)
+    # a start from the better optimum is kept by a plain fit (init_params)
+    again = acv.models.PoissonHMM(4, n_init=1, seed=2)
+    again.fit(x, init_params=best)
+    assert again.fit_result_["final_objective"] == pytest.approx(r["final_objective"])
+    assert len(again.fit_result_["objective"]) == 2
+    with pytest.raises(ArgumentTypeError, match="init_params"):
+        again.fit(x, init_params=[np.ones(3)])
+    with pytest.raises(InvalidArgumentError, match="perturb_frac"):
+        acv.models.PoissonHMM(2, perturb_frac=1.0)
+
+
 @pytest.mark.parametrize("model,data,err,match", [
     (acv.models.PoissonHMM(2), np.array([1.0, np.nan, 2.0]), InvalidDataError, "NaN"),
     (acv.models.PoissonHMM(2), np.array([1, -1, 2]), InvalidDataError, "non-negative"),
