@@ -78,7 +78,7 @@ def test_exact_cv_flags_refits_that_reach_a_better_optimum(poisson_local_optimum
     """At a stationary local optimum that is not the best, an exact refit that reaches a
     lower full-data objective is flagged, and refitting from it finds the better optimum."""
     model, x, params = poisson_local_optimum
-    folds = acv.folds.iid(len(x), 0.3, 6, seed=0)
+    folds = acv.folds.iid(len(x), 0.3, 6, seed=0).subset([0, 5])  # fold 5 changes optimum
     with pytest.warns(LocalOptimumWarning, match="not the best"):
         ex = acv.cross_validate(model, x, folds, method="exact", params=params,
                                 progress=False)
@@ -86,7 +86,7 @@ def test_exact_cv_flags_refits_that_reach_a_better_optimum(poisson_local_optimum
     assert not d["inexact_fit"]
     lower = d["exact_full_objective"] < d["full_objective"]
     np.testing.assert_array_equal(d["better_optimum_folds"], folds.ids[lower])
-    assert lower.any() and d["better_optimum_gap"] > 0.5
+    assert lower.tolist() == [False, True] and d["better_optimum_gap"] > 0.5
     fid = int(d["better_optimum_folds"][0])
     refit = acv.models.PoissonHMM(4, n_init=1, seed=2)
     better = refit.fit(x, init_params=ex.fold_params(fid))

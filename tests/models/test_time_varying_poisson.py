@@ -34,7 +34,9 @@ def simulate(T, seed=0):
 
 
 def small_model(**kw):
-    return TimeVaryingPoisson(slots_per_day=SLOTS, days_per_week=DAYS, n_init=2, **kw)
+    """Two starts and two perturbation restarts per round (the default 8 is for long data)."""
+    kw = {"n_init": 2, "n_perturb": 2, **kw}
+    return TimeVaryingPoisson(slots_per_day=SLOTS, days_per_week=DAYS, **kw)
 
 
 @pytest.fixture(scope="module")
