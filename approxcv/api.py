@@ -97,8 +97,6 @@ def _record_better_optima(diagnostics, obj, refits, folds, batch_size, warn):
             stacklevel=3)
 
 
-
-
 def _dense_derivatives(obj, level, with_jacobian, executor, structure_batch_size, progress,
                        warn):
     """``(g, HessianFactor, J or None)`` with the dense Hessian.

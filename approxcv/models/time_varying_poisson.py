@@ -275,8 +275,9 @@ class TimeVaryingPoisson(HMM):
         n_perturb: perturbation restarts per round after the starts (0 turns them off; see
             :meth:`~approxcv.models.hmm.HMM._perturbation_restarts`). The starts alone can
             end in a local optimum that is not the best: on the first 10,000 calls all
-            three reach a full-data objective of 42,896.9 or 42,903.3, and the
-            perturbation restarts find 42,877.6, the optimum the exact-CV refits reach.
+            three reach a full-data objective of 42,896.9 or 42,903.3; the perturbation
+            restarts find 42,877.6, the optimum that exact-CV refits had jumped to
+            (``docs/event_model.md``).
         max_newton_steps: Newton step limit of the fit.
         **kwargs: see :class:`~approxcv.models.hmm.HMM` (``initial_concentration``,
             ``seed``, ``max_steps``, ``perturb_frac``).
