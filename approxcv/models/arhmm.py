@@ -180,8 +180,7 @@ class AutoregressiveEmissions(HMM):
         ``approxcv.engine.MAX_DENSE_DIM`` parameters.
         """
         seqs, level, n = self.prepare(data, level)
-        starts = self._extra_starts(init_params) + self.initial_params(seqs, self.n_init,
-                                                                       self.seed)
+        starts = self._starts(seqs, init_params)
         scale = self.objective_scale(seqs)
         obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
         newton, method = fit_method(obj.u_full.size,
@@ -194,8 +193,8 @@ class AutoregressiveEmissions(HMM):
 
         u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
         res = one_by_one(u0s, jnp.ones((len(starts), n)))
-        self._best_start(res, obj, f"{self.max_steps} optimiser steps", newton_steps=newton)
-        return self._perturbation_restarts(one_by_one, obj, res.u[self.fit_result_["best"]])
+        best = self._best_start(res, f"{self.max_steps} optimiser steps", newton_steps=newton)
+        return self._perturbation_restarts(one_by_one, obj, best)
 
     # ------------------------------------------------------------------ init
     def initial_params(self, seqs: Sequences, n_init: int, seed: int) -> list:

@@ -223,30 +223,28 @@ class HMM:
             FitError: no start reached a finite objective.
         """
         seqs, level, n = self.prepare(data, level)
-        starts = self._extra_starts(init_params) + self.initial_params(seqs, self.n_init,
-                                                                       self.seed)
+        starts = self._starts(seqs, init_params)
         scale = self.objective_scale(seqs)
         obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
         u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
         solve, limit = self._fit_solver(obj.fun, scale, obj.u_full.size)
         res = solve(u0s, jnp.ones((len(starts), n)), seqs)
-        self._best_start(res, obj, limit)
         return self._perturbation_restarts(lambda u, w: solve(u, w, seqs), obj,
-                                           res.u[self.fit_result_["best"]])
+                                           self._best_start(res, limit))
 
-    def _extra_starts(self, init_params) -> list:
-        """``init_params`` (one parameter set or a list of them) as a list of starts."""
-        if init_params is None:
-            return []
+    def _starts(self, seqs: Sequences, init_params) -> list:
+        """The starts of :meth:`fit`: ``init_params`` (one parameter set or a list of them),
+        then the model's ``n_init`` starts from :meth:`initial_params`."""
         many = isinstance(init_params, (list, tuple)) and not isinstance(
             init_params, self.params_type)
-        starts = list(init_params) if many else [init_params]
-        for p in starts:
+        extra = [] if init_params is None else list(init_params) if many else [init_params]
+        for p in extra:
             if not isinstance(p, self.params_type):
                 raise ArgumentTypeError(
                     f"`init_params` must be {self.params_type.__name__} (or a list of them), "
                     f"got {type(p).__name__}")
-        return [self.params_type(*[np.asarray(v) for v in p]) for p in starts]
+        return ([self.params_type(*[np.asarray(v) for v in p]) for p in extra]
+                + self.initial_params(seqs, self.n_init, self.seed))
 
     def _perturbation_restarts(self, solve, obj, best_u):
         """Search neighbouring local optima of the MAP objective (a basin-hopping search).
@@ -302,9 +300,10 @@ class HMM:
         return (batched_minimize(fun, scale, self.max_steps, *fit_method(dim)),
                 f"{self.max_steps} optimiser steps")
 
-    def _best_start(self, res, obj, limit: str, **record):
-        """Keep the best converged start of a batched fit (or the best finite one, with a
-        :class:`ConvergenceWarning` naming ``limit``); record the run in ``fit_result_``.
+    def _best_start(self, res, limit: str, **record):
+        """The unconstrained parameters ``(D,)`` of the best converged start of a batched fit
+        (or the best finite one, with a :class:`ConvergenceWarning` naming ``limit``); the
+        run is recorded in ``fit_result_``.
 
         Raises:
             FitError: no start reached a finite objective.
@@ -324,8 +323,7 @@ class HMM:
         self.fit_result_ = {"objective": values, "converged": converged,
                             "grad_norm": np.asarray(res.grad_norm),
                             "num_steps": np.asarray(res.num_steps), "best": best, **record}
-        params = obj.unravel(res.u[best])
-        return self.params_type(*[np.asarray(p) for p in params])
+        return res.u[best]
 
     # -------------------------------------------------------- to implement
     params_type: type = None
