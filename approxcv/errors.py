@@ -50,6 +50,11 @@ class FitError(ApproxCVError, ValueError):
     """A fit failed (non-finite objective or no initialisation converged)."""
 
 
+class CheckpointError(ApproxCVError, ValueError):
+    """A checkpoint cannot be used: it is damaged, or it was written for other inputs.
+    The message names the path and what is wrong (the damaged file, or the differing inputs)."""
+
+
 class ApproxCVWarning(UserWarning):
     """Base class of approxcv warnings."""
 
