@@ -10,6 +10,11 @@ thousands of weights) nothing of size ``D x D`` or ``D x n`` is formed:
   folds share ``H``, hence one block Krylov space (``m`` HVPs per step, ``vmap``-ed),
   which needs far fewer steps than one independent CG per fold.
 
+Round-off makes CG's recursively updated residuals drift from the true ``b - A x``; both
+solvers recompute the true residual at the end (one more HVP), report it, and finish every
+system still outside its tolerance by single-vector CG restarted from its current solution,
+while steps remain — no system is left unconverged with steps to spare.
+
 IJ: ``u_IJ(w_o) = u_1 + H^{-1} J (1 - w_o)``. NS: ``u_NS(w_o) = u_1 - H(w_o)^{-1} g(w_o)``
 with ``H(w_o) v`` a JVP at the fold's own weights.
 
@@ -32,8 +37,9 @@ from jax import lax
 
 
 class CGResult(NamedTuple):
-    """x: solutions ``(m, D)``; num_steps, residual_norm (relative), min_curvature,
-    converged: per right-hand side ``(m,)``."""
+    """x: solutions ``(m, D)``; num_steps, residual_norm (true relative residual
+    ``||b - A x|| / ||b||``, recomputed at the end), min_curvature, converged: per
+    right-hand side ``(m,)``."""
     x: jax.Array
     num_steps: jax.Array
     residual_norm: jax.Array
@@ -41,47 +47,76 @@ class CGResult(NamedTuple):
     converged: jax.Array
 
 
-def conjugate_gradient(matvec, rhs, rtol: float = 1e-10, max_steps: int = 1000) -> CGResult:
+def conjugate_gradient(matvec, rhs, rtol: float = 1e-10, max_steps: int = 1000,
+                       x0=None) -> CGResult:
     """Solve ``A x_j = b_j`` for every row ``b_j`` of ``rhs (m, D)`` by conjugate gradients.
 
     ``matvec(v (m, D)) -> (m, D)`` applies each system's matrix to its own vector (a batched
-    HVP). Standard CG from ``x = 0``: ``alpha = r'r / p'Ap``, ``x += alpha p``,
-    ``r -= alpha Ap``, ``p = r + (r'r)_new / r'r p``; a system stops when
-    ``||r|| <= rtol ||b||`` or when ``p'Ap <= 0`` (not positive definite, recorded in
-    ``min_curvature``). ``rtol`` is a scalar or one tolerance per system ``(m,)``.
+    HVP). Standard CG from ``x0`` (``(m, D)``, default 0): ``alpha = r'r / p'Ap``,
+    ``x += alpha p``, ``r -= alpha Ap``, ``p = r + (r'r)_new / r'r p``; a system stops when
+    the updated ``||r|| <= rtol ||b||``, when ``p'Ap <= 0`` (not positive definite, recorded
+    in ``min_curvature``) or after ``max_steps`` steps (a scalar or one limit per system).
+    The true residual ``b - A x`` is then recomputed (one more ``matvec``): the updated one
+    drifts from it by round-off, so a system whose true residual still exceeds its tolerance
+    is restarted from it (iterative refinement) while steps remain and each restart at least
+    halves it. ``residual_norm`` is that true relative residual and sets ``converged``.
+    ``rtol`` is a scalar or one tolerance per system ``(m,)``.
     """
     dot = lambda a, b: jnp.sum(a * b, axis=-1)  # noqa: E731
-    b_norm = jnp.linalg.norm(rhs, axis=-1)
-    rtol = jnp.broadcast_to(jnp.asarray(rtol, rhs.dtype), b_norm.shape)
-    tol = rtol * jnp.where(b_norm > 0, b_norm, 1.0)
     m = rhs.shape[0]
-    init = (jnp.zeros_like(rhs), rhs, rhs, dot(rhs, rhs), jnp.zeros(m, jnp.int32),
-            b_norm > tol, jnp.full(m, jnp.inf))
+    b_norm = jnp.linalg.norm(rhs, axis=-1)
+    scale = jnp.where(b_norm > 0, b_norm, 1.0)
+    rtol = jnp.broadcast_to(jnp.asarray(rtol, rhs.dtype), (m,))
+    budget = jnp.broadcast_to(jnp.asarray(max_steps, jnp.int32), (m,))
+    tol = rtol * scale
+    x = jnp.zeros_like(rhs) if x0 is None else x0
+    r = rhs if x0 is None else rhs - matvec(x0)
 
-    def cond(state):
-        *_, steps, active, _ = state
-        return jnp.any(active) & (jnp.max(steps) < max_steps)
+    def cg_run(x, r, steps, min_curv, active):
+        """Plain CG from ``(x, r)`` on the ``active`` systems until each meets ``tol``."""
+        def cond(state):
+            return jnp.any(state[-1])
 
-    def body(state):
-        x, r, p, rs, steps, active, min_curv = state
-        ap = matvec(p)
-        pap = dot(p, ap)
-        curv = pap / jnp.maximum(dot(p, p), 1e-300)
-        positive = pap > 0
-        go = active & positive
-        alpha = jnp.where(go, rs / jnp.where(positive, pap, 1.0), 0.0)
-        x = x + alpha[:, None] * p
-        r = r - alpha[:, None] * ap
-        rs_new = dot(r, r)
-        beta = jnp.where(go, rs_new / jnp.where(rs > 0, rs, 1.0), 0.0)
-        p = jnp.where(go[:, None], r + beta[:, None] * p, p)
-        min_curv = jnp.where(active, jnp.minimum(min_curv, curv), min_curv)
-        steps = steps + active.astype(jnp.int32)
-        active = go & (jnp.sqrt(rs_new) > tol)
-        return x, r, p, jnp.where(go, rs_new, rs), steps, active, min_curv
+        def body(state):
+            x, r, p, rs, steps, min_curv, active = state
+            ap = matvec(p)
+            pap = dot(p, ap)
+            curv = pap / jnp.maximum(dot(p, p), 1e-300)
+            positive = pap > 0
+            go = active & positive
+            alpha = jnp.where(go, rs / jnp.where(positive, pap, 1.0), 0.0)
+            x = x + alpha[:, None] * p
+            r = r - alpha[:, None] * ap
+            rs_new = dot(r, r)
+            beta = jnp.where(go, rs_new / jnp.where(rs > 0, rs, 1.0), 0.0)
+            p = jnp.where(go[:, None], r + beta[:, None] * p, p)
+            min_curv = jnp.where(active, jnp.minimum(min_curv, curv), min_curv)
+            steps = steps + active.astype(jnp.int32)
+            active = go & (jnp.sqrt(rs_new) > tol) & (steps < budget)
+            return x, r, p, jnp.where(go, rs_new, rs), steps, min_curv, active
 
-    x, r, _, _, steps, _, min_curv = lax.while_loop(cond, body, init)
-    res = jnp.linalg.norm(r, axis=-1) / jnp.where(b_norm > 0, b_norm, 1.0)
+        init = (x, r, r, dot(r, r), steps, min_curv, active)
+        x, _, _, _, steps, min_curv, _ = lax.while_loop(cond, body, init)
+        return x, steps, min_curv
+
+    def restart_cond(state):
+        return jnp.any(state[-1])
+
+    def restart(state):
+        """One CG run on the unconverged systems, then their true residual."""
+        x, r, steps, min_curv, res, active = state
+        x, steps, min_curv = cg_run(x, r, steps, min_curv, active)
+        r = jnp.where(active[:, None], rhs - matvec(x), r)
+        res_new = jnp.linalg.norm(r, axis=-1)
+        active = (active & (res_new > tol) & (res_new < 0.5 * res) & (steps < budget)
+                  & (min_curv > 0))
+        return x, r, steps, min_curv, jnp.where(active, res_new, res), active
+
+    res0 = jnp.linalg.norm(r, axis=-1)
+    init = (x, r, jnp.zeros(m, jnp.int32), jnp.full(m, jnp.inf, rhs.dtype),
+            jnp.full(m, jnp.inf, rhs.dtype), (res0 > tol) & (budget > 0))
+    x, r, steps, min_curv, _, _ = lax.while_loop(restart_cond, restart, init)
+    res = jnp.linalg.norm(r, axis=-1) / scale
     converged = (res <= rtol) & (min_curv > 0)
     return CGResult(x, steps, res, min_curv, converged)
 
@@ -105,8 +140,14 @@ def block_conjugate_gradient(matvec, rhs, rtol: float = 1e-10,
     ``lambda_min(C)`` (a Rayleigh quotient of ``A`` over the block) bounds ``lambda_min(A)``
     from above; it is recorded as ``min_curvature``, and a non-positive value stops the
     run. ``num_steps[j]`` is the step at which system ``j`` first met
-    ``||r_j|| <= rtol_j ||b_j||`` (``rtol``: a scalar or one tolerance per system); the run
-    stops when every system has met its tolerance.
+    ``||r_j|| <= rtol_j ||b_j||`` (``rtol``: a scalar or one tolerance per system); the block
+    stops when every system has met its tolerance. One system's residual need not fall
+    monotonically in block CG, and round-off separates the updated residual from the true
+    one, so the true residuals ``b - A x`` are then recomputed (one more ``matvec``) and
+    every straggler still above its tolerance is finished by :func:`conjugate_gradient`
+    warm-started from the block solution, within the steps left of ``max_steps`` (its
+    steps are added to ``num_steps[j]``). ``residual_norm`` is the true relative residual
+    and sets ``converged``.
     """
     b_norm = jnp.linalg.norm(rhs, axis=1)
     rtol = jnp.broadcast_to(jnp.asarray(rtol, rhs.dtype), b_norm.shape)
@@ -153,11 +194,14 @@ def block_conjugate_gradient(matvec, rhs, rtol: float = 1e-10,
         first = jnp.where((first < 0) & (rel_residual(r) <= rtol), k, first)
         return x, r, p, k, first, jnp.minimum(min_curv, curv)
 
-    x, r, _, k, first, min_curv = lax.while_loop(cond, body, init)
-    res = rel_residual(r)
-    converged = (res <= rtol) & (min_curv > 0)
+    x, _, _, k, first, min_curv = lax.while_loop(cond, body, init)
     steps = jnp.where(first >= 0, first, k)
-    return CGResult(x.T * scale[:, None], steps, res, jnp.full(m, min_curv), converged)
+    left = jnp.where(min_curv > 0, max_steps - k, 0)
+    tail = conjugate_gradient(matvec, rhs, rtol, left, x.T * scale[:, None])
+    min_curv = jnp.minimum(min_curv, tail.min_curvature)
+    converged = tail.converged & (min_curv > 0)
+    return CGResult(tail.x, jnp.where(tail.num_steps > 0, k + tail.num_steps, steps),
+                    tail.residual_norm, min_curv, converged)
 
 
 def _batched(fn, xs, batch_size):
