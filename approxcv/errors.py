@@ -74,3 +74,7 @@ class ConvergenceWarning(ApproxCVWarning):
 
 class JitterWarning(ApproxCVWarning):
     """A Hessian was not positive definite and jitter was added to it."""
+
+
+class EmptyStateWarning(ApproxCVWarning):
+    """A fitted latent state carries (almost) no data: an empty or collapsed component."""

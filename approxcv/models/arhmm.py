@@ -10,21 +10,33 @@ The regression weights are stored together as ``W_k = [A_k b_k]`` of shape ``(R,
 (column block ``l`` of ``A_k`` multiplies ``x_{t-l}``); the lags are those of
 :func:`approxcv.models.gaussian_hmm.lagged`.
 
-Priors (``weight_prior``):
+Priors are stated for the standardised data ``x~ = S^{-1} (x - m)``, ``S = diag(s)``, with
+``m_r``, ``s_r`` the mean and standard deviation of channel ``r`` over every observed step of
+every sequence (:mod:`approxcv.models._data_scale`). The same model for ``x~`` has
+``A~_{k,l} = S^{-1} A_{k,l} S``, ``b~_k = S^{-1} (b_k - (I - sum_l A_{k,l}) m)`` and
+``Sigma~_k = S^{-1} Sigma_k S^{-1}``; the priors below hold for these, so a fit of
+``c x + d`` (per channel) is the fit of ``x`` in other units — exactly for ``order = 0``,
+and for ``d = 0`` with lags (lags before the start are 0 in the data's units).
 
-* ``"matrix_normal"`` (default): ``W_k | Sigma_k ~ MN(0, Sigma_k, V)`` with column covariance
-  ``V = diag(ar_prior_var 1_{Rp}, bias_prior_var)``, i.e. column ``c`` of ``W_k`` is
-  ``N(0, V_c Sigma_k)``. Conjugate to the Gaussian likelihood together with the inverse-Wishart
-  below (the MNIW prior), and equivariant to rescaling a channel: the shrinkage of ``A_k`` is
-  measured in units of the state's own noise.
-* ``"isotropic"``: every entry of ``A_k`` is ``N(0, ar_prior_var)``, of ``b_k``
-  ``N(0, bias_prior_var)``, independently of ``Sigma_k`` (this is GaussianHMM's prior, so with
-  ``order=0`` and ``covariance="diag"`` the two models coincide).
+Weights (``weight_prior``), written in the data's units, with ``j`` a lag column and ``r(j)``
+the channel it multiplies:
 
-Covariance (``covariance``): ``"full"`` with ``Sigma_k ~ IW(cov_dof, cov_scale I)``
+* ``"matrix_normal"`` (default): ``W~_k | Sigma~_k ~ MN(0, Sigma~_k, V)`` with column
+  covariance ``V = diag(ar_prior_var 1_{Rp}, bias_prior_var)``, i.e.
+  ``A_k[:, j] ~ N(0, ar_prior_var Sigma_k / s_{r(j)}^2)`` and
+  ``b_k ~ N((I - sum_l A_{k,l}) m, bias_prior_var Sigma_k)``: the shrinkage is measured in
+  units of the state's own noise. Conjugate to the Gaussian likelihood together with the
+  inverse-Wishart below (the MNIW prior).
+* ``"isotropic"``: ``A_k[i, j] ~ N(0, ar_prior_var s_i^2 / s_{r(j)}^2)`` and
+  ``b_{k,i} ~ N(((I - sum_l A_{k,l}) m)_i, bias_prior_var s_i^2)``, independently of
+  ``Sigma_k`` (GaussianHMM's prior, so with ``order=0`` and ``covariance="diag"`` the two
+  models coincide).
+
+Covariance (``covariance``): ``"full"`` with ``Sigma_k ~ IW(cov_dof, cov_scale S^2)``
 (``cov_dof`` defaults to ``R + 2``), or ``"diag"`` with every variance
-``~ InvGamma(var_shape, var_scale)``. In unconstrained space ``L_k`` is its lower triangle with
-log diagonal (``R (R + 1) / 2`` numbers) or, for ``"diag"``, ``log sqrt`` of the variances.
+``sigma2_{k,r} ~ InvGamma(var_shape, var_scale s_r^2)``. In unconstrained space ``L_k`` is its
+lower triangle with log diagonal (``R (R + 1) / 2`` numbers) or, for ``"diag"``, ``log sqrt``
+of the variances.
 
 Within-sequence CV (``level="within"``): a left-out ``x_t`` is marginalised as an emission but
 still serves as a regressor of ``x_{t+1}, ..., x_{t+p}`` (the lags are covariates), the same
@@ -43,6 +55,8 @@ from .._validate import check_choice, check_positive_int
 from ..engine.objective import make_objective
 from ..engine.optimize import batched_minimize
 from ..errors import InvalidArgumentError, InvalidDataError
+from ._data_scale import loc_scale, with_data_scale
+from ._occupancy import check_occupancy
 from ._transforms import inverse_gamma_log_prior, normal_log_prior
 from .gaussian_hmm import _kmeans, lagged
 from .hmm import HMM, Sequences, check_array, fit_method
@@ -78,7 +92,8 @@ class AutoregressiveEmissions(HMM):
     the Gaussian emission density given state means, the covariance prior and transforms.
 
     Subclasses implement ``_state_means(params, features) -> (T, K, R)``, the mean prior
-    ``_mean_log_prior`` and the transforms/initialisation of their mean parameters.
+    ``_mean_log_prior`` (in standardised units), ``_standardised`` and the
+    transforms/initialisation of their mean parameters.
     """
 
     def __init__(self, n_states: int, order: int, *, covariance: str = "full",
@@ -104,7 +119,9 @@ class AutoregressiveEmissions(HMM):
         return arr
 
     def prepare(self, data, level: str | None = None):
-        """As :meth:`HMM.prepare`; also checks that all sequences have the same channels."""
+        """As :meth:`HMM.prepare`; also checks that all sequences have the same channels and
+        adds the data's location and scale for the priors (``Sequences.data_scale``, from
+        all sequences)."""
         if (isinstance(data, (list, tuple)) and not isinstance(data, Sequences)
                 and level != "within"):
             channels = [self._validate_sequence(s, f"data[{i}]").shape[1]
@@ -114,7 +131,8 @@ class AutoregressiveEmissions(HMM):
                 raise InvalidDataError(
                     f"`data[{bad[0]}]` has {channels[bad[0]]} channel(s) but `data[0]` has "
                     f"{channels[0]}; every sequence needs the same number of channels")
-        return super().prepare(data, level)
+        seqs, level, n = super().prepare(data, level)
+        return with_data_scale(seqs), level, n
 
     def features(self, x):
         """Lag features ``s_t = [x_{t-1}; ...; x_{t-p}]`` of one sequence: ``(T, R p)``."""
@@ -148,7 +166,28 @@ class AutoregressiveEmissions(HMM):
             inv ** 2)
 
     def _emission_log_prior(self, params):
+        """Prior of standardised emission parameters (module docstring)."""
         return self._mean_log_prior(params) + self._covariance_log_prior(params.scale_trils)
+
+    def log_prior(self, params, data=None):
+        """Log prior on prepared ``data``: :meth:`HMM.log_prior` of the parameters of the
+        standardised data (:meth:`_standardised`; module docstring).
+
+        Raises:
+            InvalidArgumentError: ``data`` is missing (the prior depends on its units).
+        """
+        return super().log_prior(self._standardised(params, *loc_scale(data,
+                                                                       type(self).__name__)))
+
+    def _standardised(self, params, loc, scale, inverse: bool = False):
+        """The parameters of the same model for ``(x - loc) / scale`` (``inverse``: back);
+        ``loc``, ``scale`` are ``(R,)``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _standardised_trils(trils, scale, inverse: bool = False):
+        """``L~ = S^{-1} L`` (``inverse``: ``S L~``), so ``Sigma~ = S^{-1} Sigma S^{-1}``."""
+        return trils * scale[:, None] if inverse else trils / scale[:, None]
 
     def _constrain_trils(self, u):
         """``(K, R)`` log-sqrt variances (diag) or ``(K, R(R+1)/2)`` packed triangles -> L."""
@@ -194,16 +233,20 @@ class AutoregressiveEmissions(HMM):
         u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
         res = one_by_one(u0s, jnp.ones((len(starts), n)))
         best = self._best_start(res, f"{self.max_steps} optimiser steps", newton_steps=newton)
-        return self._perturbation_restarts(one_by_one, obj, best)
+        return check_occupancy(self, self._perturbation_restarts(one_by_one, obj, best), seqs)
 
     # ------------------------------------------------------------------ init
     def initial_params(self, seqs: Sequences, n_init: int, seed: int) -> list:
         """``n_init`` starts: sticky transitions; k-means states (seed varies per start) and
-        per-state least-squares emissions from :meth:`_initial_means`."""
+        per-state least-squares emissions from :meth:`_initial_means`, all computed on the
+        standardised data and mapped back (:meth:`_standardised`), so that the starts do not
+        depend on the data's units."""
         rng = np.random.default_rng(seed)
         mask = np.asarray(seqs.mask) > 0
-        x = np.asarray(seqs.x)[mask]
-        s = np.asarray(jax.vmap(self.features)(seqs.x))[mask]
+        loc, scale = (np.asarray(v) for v in loc_scale(with_data_scale(seqs), "initial_params"))
+        x = (np.asarray(seqs.x)[mask] - loc) / scale
+        s = ((np.asarray(jax.vmap(self.features)(seqs.x))[mask] - np.tile(loc, self.order))
+             / np.tile(scale, self.order))
         k = self.n_states
         inits = []
         for i in range(n_init):
@@ -211,8 +254,11 @@ class AutoregressiveEmissions(HMM):
             trans = np.full((k, k), 0.1 / max(k - 1, 1)) if k > 1 else np.ones((1, 1))
             np.fill_diagonal(trans, 0.9 if k > 1 else 1.0)
             means_params, resid = self._initial_means(x, s, labels, rng)
-            inits.append(self.params_type(np.full(k, 1.0 / k), trans, *means_params,
-                                          self._initial_trils(x, resid, labels)))
+            start = self._standardised(
+                self.params_type(np.full(k, 1.0 / k), trans, *means_params,
+                                 self._initial_trils(x, resid, labels)),
+                jnp.asarray(loc), jnp.asarray(scale), inverse=True)
+            inits.append(self.params_type(*[np.asarray(v) for v in start]))
         return inits
 
     def _initial_trils(self, x, resid, labels):
@@ -295,6 +341,7 @@ class ARHMM(AutoregressiveEmissions):
                 + params.weights[None, :, :, -1])
 
     def _mean_log_prior(self, params):
+        """Matrix-normal or isotropic prior of standardised weights (module docstring)."""
         weights = params.weights
         col_var = jnp.concatenate([jnp.full(weights.shape[-1] - 1, self.ar_prior_var),
                                    jnp.array([self.bias_prior_var])])
@@ -308,6 +355,28 @@ class ARHMM(AutoregressiveEmissions):
             white = jnp.einsum("krs,ksc->krc", _tril_inverse(trils), weights)
         log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(trils, axis1=-2, axis2=-1)))
         return (-0.5 * jnp.sum(white ** 2 / col_var) - 0.5 * weights.shape[-1] * log_det)
+
+    def _standardised(self, params, loc, scale, inverse: bool = False):
+        """``A~_l = S^{-1} A_l S``, ``b~ = S^{-1} (b - (I - sum_l A_l) loc)``,
+        ``L~ = S^{-1} L`` (``inverse``: back to the data's units)."""
+        weights = jnp.asarray(params.weights)
+        num_states, num_channels = weights.shape[:2]
+        lag_scale = jnp.tile(scale, self.order)
+        if inverse:
+            lags = weights[..., :-1] * scale[:, None] / lag_scale
+        else:
+            lags = weights[..., :-1]
+        # (I - sum_l A_l) loc of the data-unit A
+        drift = loc - jnp.einsum("krlc,c->kr", lags.reshape(
+            num_states, num_channels, self.order, num_channels), loc)
+        if inverse:
+            bias = weights[..., -1] * scale + drift
+        else:
+            lags = lags * lag_scale / scale[:, None]
+            bias = (weights[..., -1] - drift) / scale
+        return params._replace(
+            weights=jnp.concatenate([lags, bias[..., None]], axis=-1),
+            scale_trils=self._standardised_trils(params.scale_trils, scale, inverse))
 
     def _constrain_emissions(self, u):
         return u[0], self._constrain_trils(u[1])

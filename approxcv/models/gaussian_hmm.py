@@ -2,8 +2,20 @@
 
 ``x_t | z_t = k ~ N(mu_k + sum_{l=1}^p a_{k,l} * x_{t-l}, diag(sigma2_k))`` with per-channel
 (diagonal) AR coefficients ``a_{k,l} in R^R``; lags before the first step are zero (as in
-dynamax's autoregressive HMMs). Priors: ``mu ~ N(0, mean_prior_var)``,
-``sigma2 ~ InvGamma(var_shape, var_scale)``, ``a ~ N(0, ar_prior_var)``.
+dynamax's autoregressive HMMs).
+
+Priors, in the data's units (:mod:`approxcv.models._data_scale`: ``m_r``, ``s_r`` are the
+mean and standard deviation of channel ``r`` over every observed step of every sequence)::
+
+    mu_{k,r} ~ N((1 - sum_l a_{k,l,r}) m_r, mean_prior_var s_r^2),
+    sigma2_{k,r} ~ InvGamma(var_shape, var_scale s_r^2),      a_{k,l,r} ~ N(0, ar_prior_var),
+
+i.e. the standardised state mean ``(mu - (1 - sum_l a) m) / s`` (the state's intercept for
+``(x - m) / s``) is ``N(0, mean_prior_var)``, the standardised variance ``sigma2 / s^2`` is
+``InvGamma(var_shape, var_scale)`` and the AR coefficients are unit-free. Fitting ``c x + d``
+therefore gives the states of ``x`` with ``mu -> c mu + (1 - sum a) d``,
+``sigma2 -> c^2 sigma2`` (exactly for ``ar_order = 0``; with lags, exactly for ``d = 0``,
+since lags before the start are 0 in the data's units).
 
 For held-out losses with ``ar_order > 0`` the lagged values are covariates: a left-out
 ``x_t`` is marginalised as an emission but still conditions ``x_{t+1}`` as a regressor.
@@ -17,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._validate import check_positive_int
+from ._data_scale import data_scale, loc_scale, with_data_scale
 from ._transforms import inverse_gamma_log_prior, normal_log_prior
 from .hmm import HMM, check_array
 
@@ -44,6 +57,14 @@ class GaussianHMM(HMM):
 
     Data: ``(T, R)`` float array (a ``(T,)`` array is read as ``R = 1``), or a list of them.
 
+    Args:
+        n_states: ``K``.
+        ar_order: ``p >= 0`` lags in the state means.
+        mean_prior_var, var_shape, var_scale, ar_prior_var: the priors of the module
+            docstring, in units of the data's standard deviation (``mean_prior_var``,
+            ``var_scale``) — a fit of ``c x + d`` is the fit of ``x`` in other units.
+        **kwargs: :class:`~approxcv.models.hmm.HMM` options (``n_init``, ``seed``, ...).
+
     Example:
         >>> import numpy as np, approxcv as acv
         >>> x = np.random.default_rng(0).normal(size=(300, 2))
@@ -68,6 +89,34 @@ class GaussianHMM(HMM):
             arr = arr[:, None]
         return check_array(arr, name, 2)
 
+    def prepare(self, data, level: str | None = None):
+        """As :meth:`HMM.prepare`, with the data's location and scale for the priors
+        (``Sequences.data_scale``, from all sequences)."""
+        seqs, level, n = super().prepare(data, level)
+        return with_data_scale(seqs), level, n
+
+    def log_prior(self, params, data=None):
+        """Log prior (module docstring) on prepared ``data``: :meth:`HMM.log_prior` of
+        :meth:`_standardised` parameters.
+
+        Raises:
+            InvalidArgumentError: ``data`` is missing (the prior depends on its units).
+        """
+        return super().log_prior(self._standardised(params, *loc_scale(data, "GaussianHMM")))
+
+    def _standardised(self, params, loc, scale, inverse: bool = False):
+        """The parameters of the same model for ``(x - loc) / scale`` (``inverse``: back).
+
+        ``mu~ = (mu - (1 - sum_l a_l) loc) / scale``, ``sigma2~ = sigma2 / scale^2``,
+        ``a~ = a``; ``loc``, ``scale`` are ``(R,)``.
+        """
+        drift = (1.0 - jnp.sum(jnp.asarray(params.ar_coeffs), axis=1)) * loc     # (K, R)
+        if inverse:
+            return params._replace(means=params.means * scale + drift,
+                                   variances=params.variances * scale ** 2)
+        return params._replace(means=(params.means - drift) / scale,
+                               variances=params.variances / scale ** 2)
+
     def _emission_log_lik(self, params, x):
         """Diagonal Gaussian log density of ``x_t`` under each state's (AR) mean, ``(T, K)``."""
         means = jnp.broadcast_to(params.means[None], (x.shape[0],) + params.means.shape)
@@ -91,13 +140,16 @@ class GaussianHMM(HMM):
         return emissions[0], jnp.log(emissions[1]), emissions[2]
 
     def _initial_emissions(self, x, rng, i):
-        """k-means (k-means++ seeding, 20 Lloyd iterations; seed varies per start)."""
+        """k-means (k-means++ seeding, 20 Lloyd iterations; seed varies per start) on the
+        standardised observations, so the starts do not depend on the data's units."""
         k = self.n_states
-        centers, labels = _kmeans(x, k, rng, 20)
-        var = np.stack([x[labels == j].var(0) if np.sum(labels == j) > 1 else x.var(0)
+        loc, scale = (np.asarray(v)[0] for v in data_scale(x[None], np.ones((1, len(x)))))
+        z = (x - loc) / scale
+        centers, labels = _kmeans(z, k, rng, 20)
+        var = np.stack([z[labels == j].var(0) if np.sum(labels == j) > 1 else z.var(0)
                         for j in range(k)])
-        var = np.maximum(var, 1e-3 * x.var(0) + 1e-8)
-        return centers, var, np.zeros((k, self.ar_order, x.shape[1]))
+        var = np.maximum(var, 1e-3 * z.var(0) + 1e-8)
+        return loc + scale * centers, var * scale ** 2, np.zeros((k, self.ar_order, x.shape[1]))
 
 
 def _kmeans(x, k, rng, iters):

@@ -26,6 +26,7 @@ from ..engine.optimize import batched_minimize
 from ..errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
                       InvalidDataError)
 from ..inference import chain
+from ._occupancy import check_occupancy
 from ._transforms import dirichlet_log_prior, logits_to_log_simplex, simplex_to_logits
 
 LEVELS = ("within", "structure")
@@ -34,9 +35,12 @@ MAX_PERTURB_ROUNDS = 3
 
 
 class Sequences(NamedTuple):
-    """Prepared sequence data: ``x`` padded to ``(S, T_max, ...)`` and ``mask (S, T_max)``."""
+    """Prepared sequence data: ``x`` padded to ``(S, T_max, ...)`` and ``mask (S, T_max)``;
+    ``data_scale``: the data's units for priors that depend on them
+    (:class:`approxcv.models._data_scale.DataScale`), ``None`` for models without."""
     x: jax.Array
     mask: jax.Array
+    data_scale: tuple | None = None
 
     @property
     def num_sequences(self) -> int:
@@ -127,8 +131,10 @@ class HMM:
         return self.params_type(simplex_to_logits(params[0]), simplex_to_logits(params[1]),
                                 *self._unconstrain_emissions(params[2:]))
 
-    def log_prior(self, params):
-        """Dirichlet priors on the initial distribution and transition rows + emission prior."""
+    def log_prior(self, params, data=None):
+        """Dirichlet priors on the initial distribution and transition rows + emission prior.
+
+        ``data``: the prepared data, for priors stated in the data's units (unused here)."""
         return (dirichlet_log_prior(jnp.log(params[0]), self.initial_concentration)
                 + dirichlet_log_prior(jnp.log(params[1]), self.transition_concentration)
                 + self._emission_log_prior(params))
@@ -154,7 +160,7 @@ class HMM:
             ll = chain.weighted_log_marginal(*pots, weights, scheme)
         else:
             ll = jnp.dot(weights, self.sequence_log_likelihoods(params, seqs))
-        return -ll - self.log_prior(params)
+        return -ll - self.log_prior(params, seqs)
 
     def sequence_log_likelihoods(self, params, seqs: Sequences):
         """``(S,)`` marginal log-likelihoods ``log p(x_i; theta)`` of every sequence."""
@@ -229,8 +235,8 @@ class HMM:
         u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
         solve, limit = self._fit_solver(obj.fun, scale, obj.u_full.size)
         res = solve(u0s, jnp.ones((len(starts), n)), seqs)
-        return self._perturbation_restarts(lambda u, w: solve(u, w, seqs), obj,
-                                           self._best_start(res, limit))
+        return check_occupancy(self, self._perturbation_restarts(
+            lambda u, w: solve(u, w, seqs), obj, self._best_start(res, limit)), seqs)
 
     def _starts(self, seqs: Sequences, init_params) -> list:
         """The starts of :meth:`fit`: ``init_params`` (one parameter set or a list of them),

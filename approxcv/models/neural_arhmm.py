@@ -7,14 +7,23 @@ Emission of state ``k`` (seed eq. 18)::
 
 with lag features ``s_t = [x_{t-1}; ...; x_{t-p}]`` (zero before the start, as in
 :class:`~approxcv.models.ARHMM`), ``W1_k (H, R p)``, ``c1_k (H,)``, ``W2_k (R, H)``,
-``c2_k (R,)``. Priors: every network weight ``N(0, weight_prior_var)``, every bias
-``N(0, bias_prior_var)`` (independent Gaussians); ``Sigma_k`` as in ARHMM (inverse-Wishart for
-``covariance="full"``, inverse-gamma per variance for ``"diag"``).
+``c2_k (R,)``. Priors, as in :class:`~approxcv.models.ARHMM` stated for the standardised
+data ``x~ = S^{-1} (x - m)`` (per-channel mean ``m`` and standard deviation ``s``,
+``S = diag(s)``, of every observed step of every sequence): the same network for ``x~`` has
+``W1~ = W1 S_p``, ``c1~ = c1 + W1 m_p``, ``W2~ = S^{-1} W2``, ``c2~ = S^{-1} (c2 - m)``
+(``m_p``, ``S_p``: ``m``, ``S`` repeated over the ``p`` lags), and every weight of it is
+``N(0, weight_prior_var)``, every bias ``N(0, bias_prior_var)`` (independent Gaussians), so in
+the data's units ``W1[:, j] ~ N(0, weight_prior_var / s_{r(j)}^2)``,
+``W2[r] ~ N(0, weight_prior_var s_r^2)``, ``c2_r ~ N(m_r, bias_prior_var s_r^2)``;
+``Sigma_k`` as in ARHMM (inverse-Wishart for ``covariance="full"``, inverse-gamma per variance
+for ``"diag"``, in units of ``s``). A fit of ``c x + d`` is the fit of ``x`` in other units
+(up to the lags before the start, which are 0 in the data's units).
 
-Initialisation (deterministic from ``seed``): k-means states; per state a random hidden layer
-``W1_k ~ N(0, init_scale^2 / (R p))``, ``c1_k ~ N(0, init_scale^2)`` (a different draw per state
-and per start, which breaks the symmetry between hidden units and states) and the output layer
-by ridge regression of the state's observations on ``[tanh(W1_k s_t + c1_k), 1]``.
+Initialisation (deterministic from ``seed``), on the standardised data and mapped back:
+k-means states; per state a random hidden layer ``W1~_k ~ N(0, init_scale^2 / (R p))``,
+``c1~_k ~ N(0, init_scale^2)`` (a different draw per state and per start, which breaks the
+symmetry between hidden units and states) and the output layer by ridge regression of the
+state's observations on ``[tanh(W1~_k s~_t + c1~_k), 1]``.
 
 Dimension ``D = K(K-1) + (K-1) + K (H (R p + 1) + R (H + 1)) + K R (R + 1) / 2`` (full) —
 in the thousands already for ``K = 4``, ``R = 6``, ``p = 1``, ``H = 48``, so fitting defaults
@@ -57,7 +66,8 @@ class NeuralARHMM(AutoregressiveEmissions):
         order: ``p >= 1`` lags fed to the networks.
         hidden: ``H``, hidden units per state.
         covariance: ``"full"`` or ``"diag"``.
-        weight_prior_var, bias_prior_var: Gaussian prior variances of weights and biases.
+        weight_prior_var, bias_prior_var: Gaussian prior variances of the weights and
+            biases of the network for the standardised data (module docstring).
         init_scale: standard deviation scale of the random hidden layer at initialisation.
         n_init: starts of the multi-start fit (default 2; each start costs a BFGS run in
             ``D`` dimensions).
@@ -96,10 +106,27 @@ class NeuralARHMM(AutoregressiveEmissions):
         return jnp.einsum("tkh,krh->tkr", hid, params.output_weights) + params.output_biases[None]
 
     def _mean_log_prior(self, params):
+        """Independent Gaussian priors of the standardised network (module docstring)."""
         return (normal_log_prior(params.hidden_weights, 0.0, self.weight_prior_var)
                 + normal_log_prior(params.output_weights, 0.0, self.weight_prior_var)
                 + normal_log_prior(params.hidden_biases, 0.0, self.bias_prior_var)
                 + normal_log_prior(params.output_biases, 0.0, self.bias_prior_var))
+
+    def _standardised(self, params, loc, scale, inverse: bool = False):
+        """``W1~ = W1 S_p``, ``c1~ = c1 + W1 m_p``, ``W2~ = S^{-1} W2``,
+        ``c2~ = S^{-1} (c2 - m)``, ``L~ = S^{-1} L`` (``inverse``: back)."""
+        lag_loc, lag_scale = jnp.tile(loc, self.order), jnp.tile(scale, self.order)
+        w1, c1 = jnp.asarray(params.hidden_weights), jnp.asarray(params.hidden_biases)
+        w2, c2 = jnp.asarray(params.output_weights), jnp.asarray(params.output_biases)
+        if inverse:
+            w1 = w1 / lag_scale
+            c1, w2, c2 = c1 - w1 @ lag_loc, w2 * scale[:, None], c2 * scale + loc
+        else:
+            c1, w2, c2 = c1 + w1 @ lag_loc, w2 / scale[:, None], (c2 - loc) / scale
+            w1 = w1 * lag_scale
+        return params._replace(
+            hidden_weights=w1, hidden_biases=c1, output_weights=w2, output_biases=c2,
+            scale_trils=self._standardised_trils(params.scale_trils, scale, inverse))
 
     def _constrain_emissions(self, u):
         return (*u[:4], self._constrain_trils(u[4]))

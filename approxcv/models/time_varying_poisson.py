@@ -381,7 +381,7 @@ class TimeVaryingPoisson(HMM):
                                      jnp.log(params.excess_rate), counts, x.grid)
         return jnp.stack([normal, event], axis=1)
 
-    def log_prior(self, params):
+    def log_prior(self, params, data=None):
         """Dirichlet on the initial state, Beta on ``A_00``, ``A_11``, emission priors."""
         log_trans = jnp.log(params.transition_matrix)
         (a0, b0), (a1, b1) = self.normal_stay_prior, self.event_stay_prior

@@ -158,7 +158,8 @@ def test_neural_arhmm_shapes_gradients_and_unit_weights():
     assert np.all(np.isfinite(np.asarray(g)))
     f1 = float(model.objective(params, seqs, np.ones(3), level="structure"))
     lls = np.asarray(model.sequence_log_likelihoods(params, prepared))
-    np.testing.assert_allclose(f1, -lls.sum() - float(model.log_prior(params)), rtol=1e-12)
+    np.testing.assert_allclose(f1, -lls.sum() - float(model.log_prior(params, prepared)),
+                               rtol=1e-12)
     # means against a direct NumPy evaluation of W2 tanh(W1 s + c1) + c2
     x = seqs[0]
     s = np.concatenate([np.vstack([np.zeros((l, 2)), x[:-l]]) for l in (1, 2)], axis=1)
