@@ -86,11 +86,11 @@ def test_exact_cv_flags_refits_that_reach_a_better_optimum(poisson_local_optimum
     assert not d["inexact_fit"]
     lower = d["exact_full_objective"] < d["full_objective"]
     np.testing.assert_array_equal(d["better_optimum_folds"], folds.ids[lower])
-    assert lower.tolist() == [False, True] and d["better_optimum_gap"] > 0.5
+    assert lower.tolist() == [False, True] and d["better_optimum_gap"] > 0.1  # measured 1.07
     fid = int(d["better_optimum_folds"][0])
     refit = acv.models.PoissonHMM(4, n_init=1, seed=2)
     better = refit.fit(x, init_params=ex.fold_params(fid))
-    assert refit.fit_result_["final_objective"] < d["full_objective"] - 1.0
+    assert refit.fit_result_["final_objective"] < d["full_objective"] - 0.3  # measured 3.0
     with warnings.catch_warnings():
         warnings.simplefilter("error", LocalOptimumWarning)
         again = acv.cross_validate(refit, x, folds, method="exact", params=better,

@@ -21,7 +21,7 @@ def spd(dim, seed):
     return a.T @ a + 0.1 * np.eye(dim), rng
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15, deadline=None, derandomize=True)
 @given(dim=st.sampled_from([1, 4]), seed=st.integers(0, 10_000), frac=st.floats(0.0, 0.9))
 def test_rank_one_downdate_equals_fresh_factorisation(dim, seed, frac):
     """chol(H - x x^T) from the downdate of chol(H) equals a new factorisation."""

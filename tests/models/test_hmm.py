@@ -188,7 +188,8 @@ def test_perturbation_restarts_leave_a_local_optimum_for_a_better_one(poisson_lo
     best = search.fit(x)
     r = search.fit_result_
     assert r["objective"][0] == pytest.approx(start)  # the same start, the same optimum
-    assert r["final_objective"] < start - 1.0 and r["final_grad_norm"] < 1e-6
+    # measured: 3.0 below the start, gradient norm 6e-14
+    assert r["final_objective"] < start - 0.3 and r["final_grad_norm"] < 1e-6
     assert r["perturbation"]["improvement"] == pytest.approx(start - r["final_objective"])
     assert len(r["perturbation"]["objective"]) >= 2  # improved, then a round to confirm
     ones = np.ones(len(x))
