@@ -7,13 +7,19 @@ and runs exact CV to check. See ``DESIGN.md`` for the shared weighted-objective 
 import jax
 import jaxlib
 
+from . import _compilation_cache
 from ._jax_version import warn_if_deadlock_prone
 
 warn_if_deadlock_prone(jaxlib.__version__)
+# the global JAX settings approxcv changes: 64-bit floats, and a persistent compilation
+# cache under the user's cache directory (APPROXCV_NO_COMPILATION_CACHE=1 turns it off)
 jax.config.update("jax_enable_x64", True)
+compilation_cache_dir = _compilation_cache.enable(jax.config)
 
-from . import datasets, engine, errors, folds, inference, models, tuning  # noqa: E402
+from . import datasets, engine, errors, folds, inference, models, optim, tuning  # noqa: E402
 from .api import cross_validate  # noqa: E402
+from .engine.methods import register_method  # noqa: E402
+from .problem import Problem, make_problem  # noqa: E402
 from .results import CVResult, compare  # noqa: E402
 
 __version__ = "0.1.0"
@@ -27,4 +33,5 @@ def __getattr__(name):
 
 
 __all__ = ["cross_validate", "CVResult", "compare", "folds", "models", "engine", "inference",
-           "datasets", "errors", "tuning", "plot", "__version__"]
+           "datasets", "errors", "tuning", "optim", "plot", "register_method", "Problem",
+           "make_problem", "__version__"]

@@ -10,7 +10,7 @@ def check_choice(name: str, value, choices) -> str:
     """Return ``value`` if it is one of ``choices`` else raise naming ``name``."""
     if value not in choices:
         raise InvalidArgumentError(
-            f"`{name}` must be one of {sorted(choices)!r}, got {value!r}")
+            f"`{name}` must be one of {list(choices)!r}, got {value!r}")
     return value
 
 

@@ -78,3 +78,7 @@ class JitterWarning(ApproxCVWarning):
 
 class EmptyStateWarning(ApproxCVWarning):
     """A fitted latent state carries (almost) no data: an empty or collapsed component."""
+
+
+class UnreliableFoldWarning(ApproxCVWarning):
+    """Some folds' estimates cannot be vouched for (``diagnostics['unreliable_folds']``)."""

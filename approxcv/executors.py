@@ -3,10 +3,18 @@ with the same ``submit(fn, *args) -> future`` / ``future.result()`` seam (e.g. a
 distributed ``Client``).
 
 Tasks are shipped with ``cloudpickle`` when the executor runs them in other processes,
-because the objective is a closure over the model and its data.
+because the objective is a closure over the model and its data. A worker unpickles each
+task once: it keeps the task under the digest of its pickle (:data:`_WORKER_TASKS`), so the
+objective inside is one object for every batch the worker runs, and the jitted refit built
+from it (``batched_minimize`` is cached on the objective) is traced and compiled once per
+worker, not once per batch; the persistent compilation cache lets workers after the first
+load that compilation from disk.
 """
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from concurrent.futures import Executor, ProcessPoolExecutor
 
 import cloudpickle
@@ -16,10 +24,29 @@ from .errors import ArgumentTypeError
 
 __all__ = ["run_batches"]
 
+#: unpickled tasks of this (worker) process by digest of their pickle, most recent last
+_WORKER_TASKS: OrderedDict = OrderedDict()
+#: tasks kept per worker (each holds an objective and its compiled programs)
+MAX_WORKER_TASKS = 8
+_WORKER_LOCK = threading.Lock()
 
-def _call_pickled(payload: bytes, *args):
-    """Unpickle a task in a worker process and run it."""
-    return cloudpickle.loads(payload)(*args)
+
+def _worker_task(digest: str, payload: bytes):
+    """The task pickled as ``payload``, unpickled on its first use in this process only."""
+    with _WORKER_LOCK:
+        task = _WORKER_TASKS.get(digest)
+        if task is None:
+            task = cloudpickle.loads(payload)
+            _WORKER_TASKS[digest] = task
+            while len(_WORKER_TASKS) > MAX_WORKER_TASKS:
+                _WORKER_TASKS.popitem(last=False)
+        _WORKER_TASKS.move_to_end(digest)
+    return task
+
+
+def _call_pickled(digest: str, payload: bytes, *args):
+    """Run a pickled task in a worker process (unpickled once per worker, see module)."""
+    return _worker_task(digest, payload)(*args)
 
 
 def _needs_pickling(executor) -> bool:
@@ -49,7 +76,8 @@ def run_batches(task, batches, executor=None, progress: bool = True, desc: str =
         futures = None
     elif _needs_pickling(executor):
         payload = cloudpickle.dumps(task)
-        futures = [executor.submit(_call_pickled, payload, *b) for b in batches]
+        digest = hashlib.sha256(payload).hexdigest()
+        futures = [executor.submit(_call_pickled, digest, payload, *b) for b in batches]
     else:
         futures = [executor.submit(task, *b) for b in batches]
     try:

@@ -45,11 +45,15 @@ class Folds(Sequence):
         if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence | np.ndarray):
             raise ArgumentTypeError(
                 f"`folds` must be a sequence of integer index arrays, got {type(indices).__name__}")
-        checked = [_check_fold(i, idx, n) for i, idx in enumerate(indices)]
-        if not checked:
+        if len(indices) == 0:
             raise EmptyFoldError("`folds` is empty: at least one fold is needed")
-        self._indices = checked
         self.n = n
+        self._flat, self._sizes = _check_folds(indices, n)
+        self._rows = np.repeat(np.arange(len(self._sizes)), self._sizes)
+        starts = np.cumsum(self._sizes) - self._sizes
+        self._cols = np.arange(self._flat.size) - np.repeat(starts, self._sizes)
+        self._indices = np.split(self._flat, np.cumsum(self._sizes)[:-1])
+        checked = self._indices
         self.ids = np.arange(len(checked)) if ids is None else np.asarray(ids, dtype=int)
         if self.ids.shape != (len(checked),):
             raise InvalidArgumentError("`ids` must have one entry per fold")
@@ -63,15 +67,26 @@ class Folds(Sequence):
         return self._indices[i]
 
     def __repr__(self) -> str:
-        sizes = [len(f) for f in self._indices]
         return (f"Folds(n_folds={len(self)}, n={self.n}, "
-                f"fold sizes {min(sizes)}..{max(sizes)})")
+                f"fold sizes {self._sizes.min()}..{self._sizes.max()})")
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """``(n_folds,)`` number of units each fold leaves out."""
+        return self._sizes
+
+    def padded(self) -> np.ndarray:
+        """``(n_folds, m)`` left-out indices, each row padded with ``n`` (out of range) to the
+        largest fold size ``m``: the form the engine batches over."""
+        out = np.full((len(self), int(self._sizes.max())), self.n, dtype=np.int64)
+        out[self._rows, self._cols] = self._flat
+        return out
 
     def weights(self) -> np.ndarray:
-        """Return the ``(n_folds, n)`` float array with 0 on left-out units and 1 elsewhere."""
+        """Return the ``(n_folds, n)`` float array with 0 on left-out units and 1 elsewhere
+        (memory ``n_folds * n``; the engine builds weights per batch instead)."""
         w = np.ones((len(self), self.n))
-        for i, idx in enumerate(self._indices):
-            w[i, idx] = 0.0
+        w[self._rows, self._flat] = 0.0
         return w
 
     def subset(self, which) -> "Folds":
@@ -82,31 +97,45 @@ class Folds(Sequence):
         return Folds([self._indices[i] for i in which], self.n, ids=self.ids[which])
 
 
-def _check_fold(i: int, idx, n: int) -> np.ndarray:
-    arr = np.asarray(idx)
-    if arr.ndim != 1:
-        arr = arr.reshape(-1)
-    if arr.size == 0:
-        raise EmptyFoldError(f"fold {i} of `folds` is empty: it must leave out at least one unit")
-    if arr.dtype.kind == "b":
-        raise FoldIndexError(f"fold {i} of `folds` is boolean; pass integer indices")
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise FoldIndexError(f"fold {i} of `folds` contains non-integer indices")
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise FoldIndexError(f"fold {i} of `folds` must contain integers, got dtype {arr.dtype}")
-    if arr.min() < 0 or arr.max() >= n:
-        raise FoldIndexError(
-            f"fold {i} of `folds` has index {int(arr.min() if arr.min() < 0 else arr.max())} "
-            f"outside [0, {n})")
-    uniq = np.unique(arr)
-    if uniq.size != arr.size:
-        raise DuplicateIndexError(f"fold {i} of `folds` lists an index more than once")
-    if uniq.size == n:
+def _check_folds(indices, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate every fold at once: ``(sorted indices of all folds concatenated, sizes)``.
+
+    Errors name the first offending fold.
+    """
+    arrays = [np.asarray(idx).reshape(-1) for idx in indices]
+    sizes = np.array([a.size for a in arrays], dtype=np.int64)
+    if np.any(sizes == 0):
+        raise EmptyFoldError(f"fold {int(np.argmin(sizes))} of `folds` is empty: it must leave "
+                             "out at least one unit")
+    for i, a in enumerate(arrays):     # dtype per fold (cheap; the checks below are vectorised)
+        if a.dtype.kind == "b":
+            raise FoldIndexError(f"fold {i} of `folds` is boolean; pass integer indices")
+        if a.dtype.kind not in "iuf":
+            raise FoldIndexError(f"fold {i} of `folds` must contain integers, got dtype {a.dtype}")
+    flat = np.concatenate(arrays)
+    rows = np.repeat(np.arange(len(arrays)), sizes)
+    if flat.dtype.kind == "f":
+        bad = ~np.isfinite(flat) | (flat != np.round(np.nan_to_num(flat)))
+        if bad.any():
+            raise FoldIndexError(f"fold {int(rows[bad][0])} of `folds` contains non-integer "
+                                 "indices")
+    flat = flat.astype(np.int64)
+    out = (flat < 0) | (flat >= n)
+    if out.any():
+        k = int(np.flatnonzero(out)[0])
+        raise FoldIndexError(f"fold {int(rows[k])} of `folds` has index {int(flat[k])} "
+                             f"outside [0, {n})")
+    order = np.lexsort((flat, rows))
+    flat, rows = flat[order], rows[order]
+    dup = (flat[1:] == flat[:-1]) & (rows[1:] == rows[:-1])
+    if dup.any():
+        raise DuplicateIndexError(f"fold {int(rows[1:][dup][0])} of `folds` lists an index "
+                                  "more than once")
+    if np.any(sizes == n):
         raise FoldRemovesAllError(
-            f"fold {i} of `folds` leaves out all {n} units; nothing would remain to train on")
-    return np.sort(arr.astype(np.int64))
+            f"fold {int(np.argmax(sizes == n))} of `folds` leaves out all {n} units; nothing "
+            "would remain to train on")
+    return flat, sizes
 
 
 def as_folds(folds, n: int) -> Folds:

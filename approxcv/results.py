@@ -69,20 +69,35 @@ class CVResult:
                 f"n_folds={len(self)}, mean fold loss={np.mean(self.fold_loss):.6g}, "
                 f"seconds={self.seconds:.3g})")
 
+    @property
+    def unreliable(self) -> np.ndarray:
+        """``(n_folds,)`` bool: folds the method cannot vouch for
+        (``diagnostics["unreliable_folds"]``)."""
+        bad = np.asarray(self.diagnostics.get("unreliable_folds", []), dtype=int)
+        return np.isin(self.fold_ids, bad)
+
     def to_frame(self) -> pd.DataFrame:
-        """One row per left-out unit: ``fold_id``, ``unit``, ``loss``, and the fold's ``fold_loss``."""
-        sizes = [len(p) for p in self.point_loss]
+        """One row per left-out unit: ``fold_id``, ``unit``, ``loss``, the fold's
+        ``fold_loss`` and whether the fold is ``unreliable``."""
+        sizes = np.array([len(p) for p in self.point_loss])
         return pd.DataFrame({
             "fold_id": np.repeat(self.fold_ids, sizes),
             "unit": np.concatenate([self.folds[i] for i in range(len(self))]),
             "loss": np.concatenate(self.point_loss),
-            "fold_loss": np.repeat(self.fold_loss, sizes)})
+            "fold_loss": np.repeat(self.fold_loss, sizes),
+            "unreliable": np.repeat(self.unreliable, sizes)})
 
     def summary(self) -> dict:
-        """Mean losses, timings and the headline diagnostics as a flat dict."""
+        """Mean losses over the reliable folds, the unreliable folds, timings and the
+        headline diagnostics as a flat dict."""
+        ok = ~self.unreliable
+        points = [p for p, good in zip(self.point_loss, ok) if good]
         return {"method": self.method, "scheme": self.scheme, "level": self.level,
-                "n_folds": len(self), "mean_fold_loss": float(np.mean(self.fold_loss)),
-                "mean_point_loss": float(np.mean(np.concatenate(self.point_loss))),
+                "n_folds": len(self), "n_unreliable": int((~ok).sum()),
+                "unreliable_folds": self.fold_ids[~ok].tolist(),
+                "mean_fold_loss": float(np.mean(self.fold_loss[ok])) if ok.any() else np.nan,
+                "mean_point_loss": (float(np.mean(np.concatenate(points))) if points
+                                    else np.nan),
                 "seconds": self.seconds, **{f"seconds_{k}": v for k, v in
                                             self.stage_seconds.items()},
                 **{k: v for k, v in self.diagnostics.items() if np.isscalar(v)}}
@@ -97,31 +112,45 @@ def compare(approx: CVResult, exact: CVResult) -> pd.DataFrame:
     Returns:
         DataFrame with one row per left-out unit (``kind="point"``) and one per fold
         (``kind="fold"``): ``fold_id``, ``unit`` (-1 for folds), ``approx``, ``exact``,
-        ``abs_error``, ``rel_error = |approx - exact| / |exact|``. ``attrs`` holds the
-        mean relative errors.
+        ``abs_error``, ``rel_error = |approx - exact| / |exact|`` and ``unreliable`` (the
+        fold is unreliable in either result). ``attrs`` holds the mean relative errors
+        over the reliable folds (``mean_rel_error_point``, ``mean_rel_error_fold``) and
+        ``n_unreliable``.
     """
     for name, r in (("approx", approx), ("exact", exact)):
         if not isinstance(r, CVResult):
             raise ArgumentTypeError(f"`{name}` must be a CVResult, got {type(r).__name__}")
-    pos_a = {int(f): i for i, f in enumerate(approx.fold_ids)}
-    common = [(pos_a[int(f)], j) for j, f in enumerate(exact.fold_ids) if int(f) in pos_a]
-    if not common:
+    _, ia, ie = np.intersect1d(approx.fold_ids, exact.fold_ids, return_indices=True)
+    if ia.size == 0:
         raise InvalidArgumentError("`approx` and `exact` have no fold ids in common")
-    rows = []
-    for i, j in common:
-        fid = int(approx.fold_ids[i])
-        units = approx.folds[i]
-        if not np.array_equal(units, exact.folds[j]):
-            raise InvalidArgumentError(f"fold {fid} leaves out different units in the two results")
-        a, e = approx.point_loss[i], exact.point_loss[j]
-        rows.append(pd.DataFrame({"kind": "point", "fold_id": fid, "unit": units,
-                                  "approx": a, "exact": e}))
-        rows.append(pd.DataFrame({"kind": "fold", "fold_id": [fid], "unit": [-1],
-                                  "approx": [approx.fold_loss[i]],
-                                  "exact": [exact.fold_loss[j]]}))
-    df = pd.concat(rows, ignore_index=True)
+    units_a = [approx.folds[i] for i in ia]
+    units_e = [exact.folds[j] for j in ie]
+    sizes = np.array([len(u) for u in units_a])
+    same = sizes == np.array([len(u) for u in units_e])
+    flat_a, flat_e = np.concatenate(units_a), np.concatenate(units_e)
+    if not same.all() or not np.array_equal(flat_a, flat_e):
+        pos = np.cumsum(sizes) - sizes
+        diff = np.flatnonzero(~same) if not same.all() else np.unique(np.searchsorted(
+            pos, np.flatnonzero(flat_a != flat_e), side="right") - 1)
+        raise InvalidArgumentError(f"fold {int(approx.fold_ids[ia[diff[0]]])} leaves out "
+                                   "different units in the two results")
+    fids = approx.fold_ids[ia]
+    bad = approx.unreliable[ia] | exact.unreliable[ie]
+    points = pd.DataFrame({
+        "kind": "point", "fold_id": np.repeat(fids, sizes), "unit": flat_a,
+        "approx": np.concatenate([approx.point_loss[i] for i in ia]),
+        "exact": np.concatenate([exact.point_loss[j] for j in ie]),
+        "unreliable": np.repeat(bad, sizes)})
+    folds = pd.DataFrame({"kind": "fold", "fold_id": fids, "unit": -1,
+                          "approx": approx.fold_loss[ia], "exact": exact.fold_loss[ie],
+                          "unreliable": bad})
+    df = pd.concat([points, folds], ignore_index=True)
     df["abs_error"] = (df["approx"] - df["exact"]).abs()
     df["rel_error"] = df["abs_error"] / df["exact"].abs()
-    df.attrs["mean_rel_error_point"] = float(df.loc[df.kind == "point", "rel_error"].mean())
-    df.attrs["mean_rel_error_fold"] = float(df.loc[df.kind == "fold", "rel_error"].mean())
+    good = ~df["unreliable"]
+    df.attrs["mean_rel_error_point"] = float(df.loc[good & (df.kind == "point"),
+                                                    "rel_error"].mean())
+    df.attrs["mean_rel_error_fold"] = float(df.loc[good & (df.kind == "fold"),
+                                                   "rel_error"].mean())
+    df.attrs["n_unreliable"] = int(bad.sum())
     return df

@@ -1,14 +1,25 @@
 """Gradients of ALOOCV in the penalty weights, and tuning by Algorithms 1 and 2."""
+import warnings
+
 import numpy as np
 import optax
 import pytest
 
+import approxcv as acv
 from approxcv.errors import ArgumentTypeError, InvalidArgumentError
-from approxcv.models.elastic_net import ElasticNet
+from approxcv.models.elastic_net import ElasticNet, SupportChangeWarning
 from approxcv.models.logistic import Logistic
 from approxcv.models.ridge import Ridge
-from approxcv.tuning import (GRADIENTS, aloocv, aloocv_gradient, exact_cv,
-                             tune_regularization)
+from approxcv.tuning import GRADIENTS, aloocv_gradient, tune_regularization
+
+
+def loo(model, data, method="ns", params=None):
+    """Mean leave-one-out loss of ``model`` by ``cross_validate``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SupportChangeWarning)
+        res = acv.cross_validate(model, data, acv.folds.leave_one_out(len(data[1])), method,
+                                 params=params, progress=False)
+    return float(res.fold_loss.mean())
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +53,7 @@ def test_ridge_gradient_matches_finite_differences_of_exact_loo(ridge_data, grad
     X, y = ridge_data
     lam = np.array([0.5, 1.0, 2.0, 4.0])
     acv_value, grad = aloocv_gradient(Ridge(tuple(lam)), (X, y), gradient=gradient)
-    exact = lambda lm: exact_cv(Ridge(tuple(lm)), (X, y))[0]  # noqa: E731
+    exact = lambda lm: loo(Ridge(tuple(lm)), (X, y), "exact")  # noqa: E731
     np.testing.assert_allclose(acv_value, exact(lam), rtol=1e-10)
     np.testing.assert_allclose(grad, central_difference(exact, lam, 1e-5), rtol=1e-6,
                                atol=1e-12)
@@ -53,14 +64,13 @@ def test_logistic_gradients(logistic_data):
     X, y = logistic_data
     lam = 3.0
     acv_value, g_implicit = aloocv_gradient(Logistic(lam), (X, y), gradient="implicit")
-    fd = central_difference(lambda lm: aloocv(Logistic(float(lm[0])), (X, y)).estimate,
-                            [lam], 1e-4)
+    fd = central_difference(lambda lm: loo(Logistic(float(lm[0])), (X, y)), [lam], 1e-4)
     np.testing.assert_allclose(g_implicit, fd, rtol=1e-6)
     _, g_seed = aloocv_gradient(Logistic(lam), (X, y), gradient="seed")
     np.testing.assert_allclose(g_seed, g_implicit, rtol=0.02)
-    exact = exact_cv(Logistic(lam), (X, y))[0]
+    exact = loo(Logistic(lam), (X, y), "exact")
     np.testing.assert_allclose(acv_value, exact, rtol=0.01)
-    fd_exact = central_difference(lambda lm: exact_cv(Logistic(float(lm[0])), (X, y))[0],
+    fd_exact = central_difference(lambda lm: loo(Logistic(float(lm[0])), (X, y), "exact"),
                                   [lam], 1e-3)
     # measured 1.4e-3 (eq. 16 is an approximation); the full-fit-Hessian variant is 14 % off
     np.testing.assert_allclose(g_seed, fd_exact, rtol=0.015)
@@ -106,7 +116,7 @@ def test_elastic_net_gradient_on_a_fixed_support(ridge_data):
         m = ElasticNet(*lm)
         p = m.fit((X, y))
         assert np.array_equal(p.coef != 0, params.coef != 0)      # same support
-        return aloocv(m, (X, y), p, warn=False).estimate
+        return loo(m, (X, y), params=p)
 
     fd = central_difference(acv_at, lam, 1e-5)
     for name in GRADIENTS:
@@ -140,11 +150,13 @@ def test_algorithm_1_tunes_per_coordinate_ridge():
     assert res.best_acv == pytest.approx(path["acv_full"].min())
     lam = res.best_lam
     assert np.exp(np.mean(np.log(lam[3:]))) > 3 * np.exp(np.mean(np.log(lam[:3])))
-    # the best model is refitted at best_lam and its ALOOCV is the recorded one
-    assert aloocv(res.model, (X, y), res.best_params).estimate == pytest.approx(res.best_acv,
-                                                                                 rel=1e-8)
+    # the best model is refitted at best_lam; its leave-one-out CVResult is NS (ALOOCV),
+    # whose mean is the recorded best ALOOCV
+    assert res.cv.method == "ns" and len(res.cv.fold_loss) == 80
+    assert res.cv.fold_loss.mean() == pytest.approx(res.best_acv, rel=1e-8)
 
 
+@pytest.mark.filterwarnings("ignore::approxcv.models.elastic_net.SupportChangeWarning")
 def test_algorithm_2_and_elastic_net(ridge_data):
     X, y = ridge_data
     res = tune_regularization(ElasticNet(1.0, 1.0), (X, y), [1.0, 1.0], algorithm="stochastic",
@@ -154,6 +166,9 @@ def test_algorithm_2_and_elastic_net(ridge_data):
     assert path["acv_full"].notna().sum() == 4               # iterations 0, 4, 8 and the last
     assert "support_size" in path and res.best_lam.shape == (2,)
     assert path["acv_full"].iloc[-1] <= path["acv_full"].iloc[0]
+    # the CVResult at the best weights: NS on the support surrogate, full layout
+    assert res.cv.params.coef.shape == (30, 4) and "support_change" in res.cv.diagnostics
+    assert res.cv.fold_loss.mean() == pytest.approx(res.best_acv, rel=1e-8)
 
 
 def test_tuning_argument_errors(ridge_data):
@@ -168,3 +183,5 @@ def test_tuning_argument_errors(ridge_data):
         aloocv_gradient(Ridge(1.0), (X, y), gradient="fd")
     with pytest.raises(ArgumentTypeError, match="`optimizer`"):
         tune_regularization(Ridge(1.0), (X, y), 1.0, optimizer="adam")
+    with pytest.raises(InvalidArgumentError, match="`method`"):
+        tune_regularization(Ridge(1.0), (X, y), 1.0, method="aloo")

@@ -1,24 +1,22 @@
-"""Model-agnostic engine: derivatives of F(theta, w), IJ, Newton step, exact refits, diagnostics.
+"""Model-agnostic engine: derivatives of F(theta, w), CV methods, held-out evaluation, diagnostics.
 
-Every function here works on a flat objective ``f(u, w)`` over an unconstrained parameter
-vector ``u`` (``D``) and unit weights ``w`` (``n``); see :class:`WeightedObjective`.
+The engine sees only :class:`~approxcv.problem.Problem`\\ s (a flat objective ``f(u, w, data)``
+over an unconstrained parameter vector ``u`` of size ``D`` and unit weights ``w`` of size
+``n``) and arrays; methods live in :mod:`approxcv.engine.methods`, one module each.
 """
-from . import accumulate, aloo, exact, matrix_free  # noqa: F401  (submodules)
+from . import accumulate, aloo, batching, checkpoint, matrix_free, methods  # noqa: F401
 from .accumulate import structure_derivatives
-from .derivatives import cross_jacobian, gradient, gradient_hessian_jacobian, hessian
+from .batching import fold_weights, heldout_losses
+from .derivatives import (cross_jacobian, full_derivatives, gradient,
+                          gradient_hessian_jacobian, hessian)
 from .diagnostics import cg_diagnostics, fit_diagnostics
-from .exact import exact_params
-from .ij import ij_params
 from .matrix_free import (CGResult, block_conjugate_gradient, conjugate_gradient,
                           ij_params_cg, newton_params_cg)
-from .linalg import MAX_DENSE_DIM, HessianFactor, factor_hessian, solve
-from .newton import newton_params
-from .objective import WeightedObjective, make_objective
-from .optimize import MinimizeResult, batched_minimize, minimize
+from .methods import Options, available_methods, get_method, register_method
+from ..optim.pd import MAX_DENSE_DIM
 
-__all__ = ["cross_jacobian", "gradient", "hessian", "fit_diagnostics", "exact_params",
-           "ij_params", "HessianFactor", "factor_hessian", "solve", "newton_params",
-           "WeightedObjective", "make_objective", "MinimizeResult", "minimize",
-           "batched_minimize", "gradient_hessian_jacobian", "structure_derivatives",
-           "cg_diagnostics", "CGResult", "block_conjugate_gradient", "conjugate_gradient",
-           "ij_params_cg", "newton_params_cg", "MAX_DENSE_DIM"]
+__all__ = ["cross_jacobian", "gradient", "hessian", "gradient_hessian_jacobian",
+           "full_derivatives", "structure_derivatives", "fit_diagnostics", "cg_diagnostics",
+           "CGResult", "block_conjugate_gradient", "conjugate_gradient", "ij_params_cg",
+           "newton_params_cg", "fold_weights", "heldout_losses", "Options", "register_method",
+           "get_method", "available_methods", "MAX_DENSE_DIM"]

@@ -1,26 +1,25 @@
-"""Approximate leave-one-out (ALOOCV) for GLM-type regularised ERM, from ONE Cholesky factor.
+"""ERM fast paths: approximate CV of GLM-type objectives from ONE Cholesky factor.
 
-The objective is ``F(u, w) = sum_i w_i phi(a_i^T u, y_i) + lam^T r(u)`` over a flat
-parameter ``u`` (``D``) with design rows ``a_i`` (``A``: ``n x D``). Every sample's Hessian
-is rank one, ``phi''_i a_i a_i^T``, so the Hessian without the fold ``o`` is a rank-``|o|``
-downdate of the full Hessian ``H = L L^T``:
+When a :class:`~approxcv.problem.Problem` carries GLM structure (``problem.glm``: the
+objective is ``F(u, w) = sum_i w_i phi(a_i^T u, y_i) + R(u)`` with design rows ``a_i``),
+every sample's Hessian is rank one, ``phi''_i a_i a_i^T``, so the Hessian without the fold
+``o`` is a rank-``|o|`` downdate of the full Hessian ``H = L L^T``:
 
     H_{-o} = H - sum_{i in o} d_i a_i a_i^T,      d_i = phi''(a_i^T u_1, y_i).
 
-Methods (Beirami et al. 2017, "On optimal generalizability in parametric learning"):
+* **NS / ALOOCV** (Beirami et al. 2017): ``u_o = u_1 - H_{-o}^{-1} (grad F(u_1) -
+  sum_{i in o} g_i a_i)`` with ``g_i = phi'(a_i^T u_1, y_i)``; ``H_{-o}`` is factored by
+  downdating ``L`` (``O(|o| D^2)`` per fold instead of ``O(D^3)``), or afresh when folds
+  are large. This is the ``ns`` method's path for such problems
+  (:func:`glm_newton_params`); exact for quadratic losses.
+* **IJ**: ``J = d2F/(du dw) = A^T diag(g)`` in closed form (:func:`glm_jacobian`).
+* **Influence function with a linearised loss** (seed Lemma 3, :func:`influence_losses`):
+  ``l_i(u_o) ~ phi_i + g_i a_i^T H^{-1} sum_{j in o} g_j a_j``. It never exceeds the IJ
+  correction and underestimates LOO (ridge: ``1/2 r_i^2 (1 + 2 h_i)`` against the exact
+  ``1/2 r_i^2 / (1 - h_i)^2``); not a method (it yields losses, not parameters).
 
-* **ALOOCV / Newton step** (``newton``): ``u_o = u_1 + H_{-o}^{-1} sum_{i in o} g_i a_i``
-  with ``g_i = phi'(a_i^T u_1, y_i)``; ``H_{-o}`` is factored by downdating ``L`` (``O(|o| D^2)``
-  per fold instead of ``O(D^3)``). Exact for quadratic losses.
-* **IJ**: ``u_o = u_1 + H^{-1} sum_{i in o} g_i a_i`` (the full-fit Hessian; one batched solve).
-* **Influence function, linearised loss** (seed Lemma 3): the held-out loss itself is
-  linearised, ``l_i(u_o) ~ l_i(u_1) + g_i a_i^T H^{-1} sum_{j in o} g_j a_j``. It never
-  exceeds the IJ/ALOOCV correction and underestimates LOO (for ridge:
-  ``1/2 r_i^2 (1 + 2 h_i)`` against the exact ``1/2 r_i^2 / (1 - h_i)^2``).
-
-These kernels take arrays only (and, where a loss or regulariser must be re-evaluated,
-pure callables passed as static arguments); they know nothing about models. Loops over
-samples are ``vmap``/``lax.map``; the downdate is a ``lax.scan`` over the ``D`` columns.
+Kernels take arrays (and pure callables as static arguments), never models. Folds are
+padded index arrays (padding ``n`` gathers zero rows, which leave a factor unchanged).
 """
 from __future__ import annotations
 
@@ -33,14 +32,19 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jax import lax
 
+from ..optim.pd import NEGLIGIBLE_JITTER, factor_hessian
+from .batching import map_batches
+from .derivatives import full_derivatives
+from .diagnostics import fit_diagnostics
+
 __all__ = ["GLMTerms", "glm_terms", "glm_hessian", "cholesky_rank_one_update",
            "cholesky_rank_one_downdate", "cholesky_downdate_rows", "leverages",
-           "loo_newton_params", "fold_newton_params", "fold_ij_params", "influence_losses",
-           "loo_newton_params_closed_form", "padded_folds", "map_batches"]
+           "fold_newton_params", "loo_newton_params_closed_form", "glm_jacobian",
+           "glm_newton_params", "influence_losses"]
 
 
 class GLMTerms(NamedTuple):
-    """Per-sample derivatives of ``phi`` at the full fit.
+    """Per-sample derivatives of ``phi`` at a point ``u``.
 
     design: ``A`` ``(n, D)``; loss: ``phi_i`` ``(n,)``; grad: ``g_i = phi'_i`` ``(n,)``;
     curv: ``d_i = phi''_i`` ``(n,)`` (all in the linear predictor ``eta_i = a_i^T u``).
@@ -52,12 +56,7 @@ class GLMTerms(NamedTuple):
 
 
 def glm_terms(loss_fn, design, y, u) -> GLMTerms:
-    """Evaluate ``phi``, ``phi'`` and ``phi''`` at ``eta = A u`` for an elementwise loss.
-
-    Args:
-        loss_fn: elementwise ``phi(eta (n,), y (n,)) -> (n,)``.
-        design: ``A`` ``(n, D)``; y: ``(n,)``; u: ``(D,)``.
-    """
+    """``phi``, ``phi'`` and ``phi''`` at ``eta = A u`` for an elementwise ``loss_fn(eta, y)``."""
     eta = design @ u
 
     def total(e):
@@ -74,18 +73,6 @@ def glm_hessian(terms: GLMTerms, penalty_hessian):
     return (a * terms.curv[:, None]).T @ a + penalty_hessian
 
 
-def map_batches(fun, xs, batch_size: int | None):
-    """``vmap(fun)`` over the leading axis of the pytree ``xs``, ``batch_size`` rows at a time.
-
-    ``lax.map(fun, xs, batch_size=batch_size)`` (memory ``O(batch_size)`` rows of work), or
-    one ``vmap`` when ``batch_size`` is ``None`` or covers all rows.
-    """
-    n = jax.tree_util.tree_leaves(xs)[0].shape[0]
-    if batch_size is None or batch_size >= n:
-        return jax.vmap(fun)(xs)
-    return lax.map(fun, xs, batch_size=batch_size)
-
-
 # ---------------------------------------------------------------- Cholesky updates
 def _rank_one(chol, x, sign):
     """``L'`` with ``L' L'^T = L L^T + sign x x^T``, column by column (LINPACK-style).
@@ -94,8 +81,7 @@ def _rank_one(chol, x, sign):
     ``x``, so the columns are a ``lax.scan`` output. A downdate that leaves the matrix
     indefinite yields NaN (square root of a negative number).
     """
-    dim = chol.shape[0]
-    rows = jnp.arange(dim)
+    rows = jnp.arange(chol.shape[0])
 
     def _step(x, col_k):
         """Rotate column ``k`` against ``x``; return the updated ``x`` and new column."""
@@ -141,131 +127,138 @@ def leverages(chol, terms: GLMTerms):
     return jnp.sum(z * z, axis=0)
 
 
-# ------------------------------------------------------------------ LOO / folds
-def _loo_one(chol, a, g, d, u_full, grad_full):
-    """ALOOCV parameters for one sample: downdate, then one solve."""
-    chol_i = cholesky_rank_one_downdate(chol, jnp.sqrt(jnp.maximum(d, 0.0)) * a)
-    step = jsl.cho_solve((chol_i, True), g * a - grad_full)
-    return u_full + step, chol_i
-
-
-@partial(jax.jit, static_argnames=("batch_size",))
-def loo_newton_params(chol, terms: GLMTerms, u_full, grad_full=None,
-                      batch_size: int | None = 256):
-    """ALOOCV parameters of every leave-one-out fold via rank-one downdates of ``chol``.
-
-    ``u_i = u_1 - (L_i L_i^T)^{-1} grad F_{-i}(u_1)`` with ``L_i L_i^T = L L^T - d_i a_i a_i^T``
-    and ``grad F_{-i}(u_1) = grad F(u_1) - g_i a_i`` (``= -g_i a_i`` at an exact fit).
-
-    Args:
-        chol: lower Cholesky factor of the full Hessian ``H`` ``(D, D)``.
-        terms: :class:`GLMTerms` at ``u_full``.
-        u_full: ``(D,)`` full-data fit.
-        grad_full: ``grad F(u_1)`` ``(D,)``; ``None`` treats ``u_1`` as exactly stationary.
-        batch_size: samples per vectorised batch (memory ``batch_size * D^2``).
-
-    Returns:
-        ``(params (n, D), ok (n,))``; ``ok`` is False where ``H_{-i}`` is not positive
-        definite (the downdate failed) and ``params`` is NaN there.
-    """
-    grad_full = jnp.zeros_like(u_full) if grad_full is None else grad_full
-
-    def one(args):
-        a, g, d = args
-        u_i, chol_i = _loo_one(chol, a, g, d, u_full, grad_full)
-        return u_i, jnp.all(jnp.isfinite(jnp.diag(chol_i))) & jnp.all(jnp.isfinite(u_i))
-
-    return map_batches(one, (terms.design, terms.grad, terms.curv), batch_size)
-
-
-def padded_folds(weights) -> tuple[np.ndarray, np.ndarray]:
-    """Turn ``(n_folds, n)`` 0/1 weights into padded left-out indices and a mask.
-
-    Returns ``(index (n_folds, q_max) int, mask (n_folds, q_max) float)``; padding points
-    at unit 0 with mask 0.
-    """
-    weights = np.asarray(weights)
-    out = [np.flatnonzero(row <= 0) for row in weights]
-    q_max = max(1, max(len(o) for o in out))
-    index = np.zeros((len(out), q_max), dtype=np.int64)
-    mask = np.zeros((len(out), q_max))
-    for f, o in enumerate(out):
-        index[f, :len(o)] = o
-        mask[f, :len(o)] = 1.0
-    return index, mask
+# ------------------------------------------------------------------ NS fast path
+def _gather(values, idx):
+    """``values[idx]`` with zeros where ``idx`` is padding (``>= len(values)``)."""
+    return values.at[idx].get(mode="fill", fill_value=0.0)
 
 
 @partial(jax.jit, static_argnames=("batch_size", "refactor"))
-def fold_newton_params(chol, hess, terms: GLMTerms, u_full, index, mask, grad_full=None,
-                       batch_size: int | None = 64, refactor: bool = False):
-    """Newton-step (ALOOCV) parameters of leave-``q``-out / k-fold folds.
+def fold_newton_params(chol, hess, terms: GLMTerms, u_full, index, grad_full,
+                       batch_size: int | None = 256, refactor: bool = False):
+    """Newton-step (ALOOCV) parameters of every fold from downdates of ``chol``.
 
-    ``u_o = u_1 + H_{-o}^{-1} sum_{i in o} g_i a_i`` with ``H_{-o}`` from ``|o|`` rank-one
-    downdates of ``chol`` (``refactor=False``, cost ``O(q D^2)``) or, when folds are large
-    (``q`` above about ``D / 3``), a fresh factorisation of ``H - A_o^T diag(d_o) A_o``
-    (``refactor=True``, cost ``O(q D^2 + D^3)``).
+    ``u_o = u_1 - H_{-o}^{-1} (grad F(u_1) - sum_{i in o} g_i a_i)`` with ``H_{-o}`` from
+    ``|o|`` rank-one downdates of ``chol`` (``refactor=False``, ``O(q D^2)``) or a fresh
+    factorisation of ``H - A_o^T diag(d_o) A_o`` (``refactor=True``, ``O(q D^2 + D^3)``,
+    cheaper once ``q`` exceeds about ``D / 3``).
 
     Args:
-        chol, hess: Cholesky factor of the full Hessian and the Hessian itself ``(D, D)``.
-        terms: :class:`GLMTerms` at ``u_full``.
-        index, mask: ``(n_folds, q_max)`` from :func:`padded_folds`.
-        grad_full: ``grad F(u_1)`` ``(D,)`` or ``None`` (exactly stationary).
+        chol, hess: Cholesky factor of the full Hessian and the Hessian ``(D, D)``.
+        terms: :class:`GLMTerms` at ``u_full``; grad_full: ``grad F(u_1)`` ``(D,)``.
+        index: ``(n_folds, q)`` left-out samples, padded with ``n``.
+        batch_size: folds per vectorised batch (memory ``batch_size * D^2``).
 
     Returns:
-        ``(params (n_folds, D), ok (n_folds,))``.
+        ``(params (n_folds, D), pivot (n_folds,))``: ``pivot`` is the smallest squared
+        diagonal entry of the fold's factor (an upper bound on the smallest eigenvalue of
+        ``H_{-o}``), NaN where the downdate failed (``H_{-o}`` not positive definite).
     """
-    grad_full = jnp.zeros_like(u_full) if grad_full is None else grad_full
-
-    def one(args):
-        idx, m = args
-        a = terms.design[idx]                                 # (q, D)
-        rhs = jnp.sum((m * terms.grad[idx])[:, None] * a, axis=0)
-        scaled = (jnp.sqrt(jnp.maximum(terms.curv[idx], 0.0)) * m)[:, None] * a
-        if refactor:
-            c = jnp.linalg.cholesky(hess - scaled.T @ scaled)
-        else:
-            c = cholesky_downdate_rows(chol, scaled)
+    def one(idx):
+        a = terms.design.at[idx].get(mode="fill", fill_value=0.0)            # (q, D)
+        rhs = _gather(terms.grad, idx) @ a
+        scaled = jnp.sqrt(jnp.maximum(_gather(terms.curv, idx), 0.0))[:, None] * a
+        c = (jnp.linalg.cholesky(hess - scaled.T @ scaled) if refactor
+             else cholesky_downdate_rows(chol, scaled))
         u_o = u_full + jsl.cho_solve((c, True), rhs - grad_full)
-        return u_o, jnp.all(jnp.isfinite(jnp.diag(c))) & jnp.all(jnp.isfinite(u_o))
+        pivot = jnp.min(jnp.diag(c)) ** 2
+        ok = jnp.all(jnp.isfinite(jnp.diag(c))) & jnp.all(jnp.isfinite(u_o))
+        return u_o, jnp.where(ok, pivot, jnp.nan)
 
-    return map_batches(one, (index, mask), batch_size)
-
-
-@jax.jit
-def fold_ij_params(chol, terms: GLMTerms, u_full, weights):
-    """IJ parameters ``u_o = u_1 + H^{-1} A^T (g * (1 - w_o))`` for all folds, ``(n_folds, D)``."""
-    rhs = terms.design.T @ (terms.grad[None, :] * (1.0 - weights)).T   # (D, n_folds)
-    return u_full[None, :] + jsl.cho_solve((chol, True), rhs).T
+    return map_batches(one, index, batch_size)
 
 
-@jax.jit
-def influence_losses(chol, terms: GLMTerms, weights):
-    """Linearised (influence-function) held-out losses, seed Lemma 3.
+def loo_newton_params_closed_form(chol, terms: GLMTerms, u_full):
+    """ALOOCV leave-one-out parameters by Sherman-Morrison, differentiable end to end.
 
-    ``l_i ~ phi_i + g_i a_i^T H^{-1} sum_{j in o} g_j a_j`` for ``i`` in ``o``; zero for kept
-    units. For leave-one-out this is ``phi_i + g_i^2 h_i``.
-
-    Returns:
-        ``(fold_loss (n_folds,), point_losses (n_folds, n))``.
+    ``H_{-i}^{-1} a_i = H^{-1} a_i / (1 - d_i h_i)``, so ``u_i = u_1 + g_i / (1 - d_i h_i)
+    H^{-1} a_i`` (``u_1`` stationary). Equal to :func:`fold_newton_params` on single-sample
+    folds; used where derivatives in ``u_1`` and the penalty weights are needed (one
+    Cholesky ``chol`` of ``H``, not ``n`` downdates). Returns ``(n, D)``.
     """
-    out = 1.0 - weights                                                # (F, n)
-    delta = jsl.cho_solve((chol, True), terms.design.T @ (terms.grad[None, :] * out).T).T
-    change = terms.grad[None, :] * (delta @ terms.design.T)            # (F, n)
-    points = out * (terms.loss[None, :] + change)
-    return points.sum(axis=1), points
-
-
-def loo_newton_params_closed_form(hess, terms: GLMTerms, u_full):
-    """ALOOCV parameters by Sherman-Morrison, differentiable end to end.
-
-    ``H_{-i}^{-1} a_i = H^{-1} a_i / (1 - d_i h_i)``, so
-    ``u_i = u_1 + g_i / (1 - d_i h_i) H^{-1} a_i``. Mathematically equal to
-    :func:`loo_newton_params`; used where derivatives with respect to ``u_1`` and the
-    regularisation weights are needed (reverse mode through one Cholesky, not through ``n``
-    downdates). Returns ``(n, D)``.
-    """
-    chol = jnp.linalg.cholesky(0.5 * (hess + hess.T))
     z = jsl.cho_solve((chol, True), terms.design.T)                    # (D, n)
     lev = jnp.sum(terms.design.T * z, axis=0)
     coeff = terms.grad / (1.0 - terms.curv * lev)
     return u_full[None, :] + (z * coeff[None, :]).T
+
+
+_glm_terms = jax.jit(glm_terms, static_argnums=0)
+
+
+def _terms(problem) -> GLMTerms:
+    glm = problem.glm
+    return _glm_terms(glm.loss, glm.design, glm.y, problem.u_full)
+
+
+def glm_jacobian(problem):
+    """``J = d2F/(du dw) = A^T diag(phi'(A u_1, y))`` ``(D, n)`` in closed form."""
+    terms = _terms(problem)
+    return (terms.design * terms.grad[:, None]).T
+
+
+def glm_newton_params(problem, folds, options):
+    """The ``ns`` method on a problem with GLM structure: rank-one downdates of one factor.
+
+    ``H`` is factored once by the recorded-jitter policy (:func:`factor_hessian`); every
+    fold's ``H_{-o}`` is a downdate of that factor. A fold whose downdate fails or leaves
+    a pivot below ``NEGLIGIBLE_JITTER * mean|diag H|`` (``H_{-o}`` is, or may be, not
+    positive definite), and every fold when ``H`` itself needed more than a negligible
+    jitter, is recomputed by the generic per-fold Newton step, whose jittered Cholesky
+    decides whether the fold is reliable. Same result and diagnostics as the generic
+    ``ns`` (``ns_hessian_min_eig`` is NaN on downdated folds: it is not computed there).
+    """
+    from .methods.ns import newton_params          # the generic per-fold step
+    grad, hess, _ = full_derivatives(problem, options, with_jacobian=False)
+    factor = factor_hessian(hess, warn=options.warn)
+    diagnostics = fit_diagnostics(grad, factor, problem.u_full, warn=options.warn)
+    index = jnp.asarray(folds.padded())
+    n_folds, dim = len(folds), int(problem.u_full.shape[0])
+    params = np.zeros((n_folds, dim))
+    fast = np.zeros(n_folds, bool)
+    if factor.reliable:
+        batch = options.batch_size or int(max(1, min(n_folds, 2 ** 24 // dim ** 2)))
+        out, pivot = fold_newton_params(
+            factor.chol, jnp.asarray(hess), _terms(problem), problem.u_full, index,
+            jnp.asarray(grad), batch, index.shape[1] > max(1, dim // 3))
+        params[:] = np.asarray(out)
+        scale = float(np.mean(np.abs(np.diag(np.asarray(hess))))) or 1.0
+        fast = np.asarray(pivot) > NEGLIGIBLE_JITTER * scale             # NaN -> False
+    min_eig, jitter, reliable = np.full(n_folds, np.nan), np.zeros(n_folds), fast.copy()
+    redo = np.flatnonzero(~fast)
+    if redo.size:
+        out, eig, jit, ok = jax.block_until_ready(newton_params(
+            problem.fun, problem.u_full, index[redo], problem.data, problem.n_units,
+            options.batch_size or 16))
+        params[redo], min_eig[redo] = np.asarray(out), np.asarray(eig)
+        jitter[redo], reliable[redo] = np.asarray(jit), np.asarray(ok)
+    diagnostics.update(ns_path="glm_downdate", ns_downdate_fallback=~fast,
+                       ns_hessian_min_eig=min_eig, ns_jitter=jitter, unreliable=~reliable)
+    return jnp.asarray(params), diagnostics
+
+
+# ------------------------------------------------------------ influence function
+@jax.jit
+def _influence(chol, terms: GLMTerms, index):
+    def one(idx):
+        g = _gather(terms.grad, idx)
+        a = terms.design.at[idx].get(mode="fill", fill_value=0.0)
+        delta = jsl.cho_solve((chol, True), g @ a)
+        return g * (a @ delta) + _gather(terms.loss, idx)
+    points = jax.vmap(one)(index)
+    return points.sum(axis=1), points
+
+
+def influence_losses(problem, folds, warn: bool = True):
+    """Influence-function held-out losses with a linearised loss (seed Lemma 3).
+
+    ``l_i ~ phi_i + g_i a_i^T H^{-1} sum_{j in o} g_j a_j`` for ``i`` in ``o``; for
+    leave-one-out ``phi_i + g_i^2 h_i``. ``problem`` must carry GLM structure.
+
+    Returns:
+        ``(fold_loss (n_folds,), point_loss (n_folds, m))`` NumPy arrays, padding 0.
+    """
+    from .methods import Options
+    _, hess, _ = full_derivatives(problem, Options(), with_jacobian=False)
+    factor = factor_hessian(hess, warn=warn)
+    fold, points = _influence(factor.chol, _terms(problem), jnp.asarray(folds.padded()))
+    return np.asarray(fold), np.asarray(points)

@@ -14,8 +14,8 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
+
+from ..optim.hessian import data_entries, hessian_by_hvp, tangent_chunk  # noqa: F401
 
 
 def gradient(fun, u, w, data=None):
@@ -26,30 +26,6 @@ def gradient(fun, u, w, data=None):
 def hessian(fun, u, w, data=None):
     """Return ``d2F/du2`` at ``(u, w)``, shape ``(D, D)`` (forward-over-reverse)."""
     return jax.jacfwd(jax.grad(fun, argnums=0), argnums=0)(u, w, data)
-
-
-def data_entries(tree) -> int:
-    """Number of array entries in the pytree ``tree`` (static shapes: works under ``jit``)."""
-    return sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(tree))
-
-
-def tangent_chunk(tree, max_chunk: int = 128, budget: int = 2 ** 21) -> int:
-    """Tangents per vectorised batch for data ``tree``: about ``budget`` data entries times
-    tangents at once (each tangent of a forward pass holds several arrays the size of the
-    data), at most ``max_chunk``, at least 1."""
-    return int(max(1, min(max_chunk, budget // max(data_entries(tree), 1))))
-
-
-def hessian_by_hvp(fun, u, *args, chunk: int | None = None):
-    """``d2 fun(u, *args) / du2`` from ``D`` Hessian-vector products, ``chunk`` at a time.
-
-    Same value as :func:`hessian`, but memory holds ``chunk`` tangents of the forward pass
-    instead of ``D`` (which for long data and ``D`` in the hundreds is gigabytes). ``chunk``
-    defaults to :func:`tangent_chunk` of ``args`` (pass the data there, not in a closure).
-    """
-    chunk = tangent_chunk(args) if chunk is None else chunk
-    _, hvp = jax.linearize(lambda x: jax.grad(fun)(x, *args), u)
-    return lax.map(hvp, jnp.eye(u.shape[0], dtype=u.dtype), batch_size=min(chunk, u.shape[0]))
 
 
 def cross_jacobian(fun, u, w, data=None):
@@ -69,3 +45,21 @@ def gradient_hessian_jacobian(fun, u, w, data, with_jacobian: bool = True):
     g = gradient(fun, u, w, data)
     hess, jac_t = jax.jacfwd(jax.grad(fun, argnums=(0, 1)), argnums=0)(u, w, data)
     return g, hess, jac_t.T
+
+
+def full_derivatives(problem, options, with_jacobian: bool):
+    """``(g (D,), H (D, D), J (D, n) or None)`` of ``problem`` at the fit, ``w = 1``.
+
+    At ``level="structure"`` (data with the structure axis first) they are accumulated over
+    batches of structures through the executor seam (memory bounded by a batch); otherwise
+    one forward-over-reverse sweep over all the data.
+    """
+    from .accumulate import has_unit_axis, structure_derivatives
+    if options.level == "structure" and has_unit_axis(problem.data, problem.n_units):
+        return structure_derivatives(
+            problem.fun, problem.u_full, problem.data, problem.n_units,
+            batch_size=options.structure_batch_size, with_jacobian=with_jacobian,
+            executor=options.executor, progress=options.progress)
+    out = gradient_hessian_jacobian(problem.fun, problem.u_full, jnp.ones(problem.n_units),
+                                    problem.data, with_jacobian)
+    return jax.block_until_ready(out)

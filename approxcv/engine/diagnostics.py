@@ -5,8 +5,9 @@ import warnings
 
 import numpy as np
 
-from ..errors import ConvergenceWarning, InexactFitWarning, NotPositiveDefiniteError
-from .linalg import HessianFactor, solve
+from ..errors import (ConvergenceWarning, InexactFitWarning, NotPositiveDefiniteError,
+                      UnreliableFoldWarning)
+from ..optim.pd import HessianFactor, solve
 
 #: relative Newton-step size above which the fit is reported as inexact
 INEXACT_FIT_RTOL = 1e-4
@@ -76,4 +77,56 @@ def cg_diagnostics(grad, step, cg, u_full, rtol: float, max_steps: int, warn: bo
                 "condition_number": float("nan"), "solver": "cg", "cg_rtol": float(rtol),
                 "cg_max_steps": int(max_steps), "cg_num_steps": steps,
                 "cg_residual": np.asarray(cg.residual_norm), "cg_converged": converged})
+    return out
+
+
+def record_unreliable(diagnostics: dict, fold_loss, folds, method: str, warn: bool) -> None:
+    """Turn a method's per-fold ``diagnostics["unreliable"]`` mask (and non-finite losses)
+    into ``diagnostics["unreliable_folds"]`` (fold ids) and one warning counting them."""
+    bad = np.asarray(diagnostics.pop("unreliable", np.zeros(len(folds), bool)), bool)
+    nonfinite = ~np.isfinite(fold_loss)
+    if nonfinite.any():
+        diagnostics["nonfinite_folds"] = folds.ids[nonfinite]
+    bad = bad | nonfinite
+    diagnostics["unreliable_folds"] = folds.ids[bad]
+    if warn and bad.any():
+        warnings.warn(
+            f"{method}: {int(bad.sum())} of {len(folds)} folds are unreliable (fold ids "
+            f"{folds.ids[bad][:10].tolist()}{' ...' if bad.sum() > 10 else ''}): a Hessian "
+            "that needed more than a negligible jitter, an unconverged solve or refit, starts "
+            "that reach different optima, or a non-finite loss. Their numbers are kept but "
+            "are not estimates; listed in diagnostics['unreliable_folds']",
+            UnreliableFoldWarning, stacklevel=3)
+
+
+def fit_state(problem, options) -> dict:
+    """Diagnostics of the fit at ``problem.u_full``: gradient, Newton step, Hessian.
+
+    Dense (``D <= max_dense_dim`` or ``solver="dense"``): ``H`` formed and factored with the
+    recorded jitter policy (:func:`fit_diagnostics`); matrix-free: the Newton step by CG
+    (:func:`cg_diagnostics`). ``stage_seconds["derivatives"]`` records the time.
+    """
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from ..optim.pd import factor_hessian
+    from .derivatives import full_derivatives, gradient
+    from .matrix_free import newton_params_cg
+
+    t = time.perf_counter()
+    if options.dense(int(problem.u_full.shape[0])):
+        grad, hess, _ = full_derivatives(problem, options, with_jacobian=False)
+        out = fit_diagnostics(grad, factor_hessian(hess, warn=options.warn), problem.u_full,
+                              warn=options.warn)
+    else:
+        nothing_out = jnp.full((1, 1), problem.n_units)   # the full-data Newton step
+        full, cg = jax.block_until_ready(newton_params_cg(
+            problem.fun, problem.u_full, nothing_out, problem.data, problem.n_units,
+            options.cg_rtol, options.cg_max_steps, 1))
+        grad = gradient(problem.fun, problem.u_full, jnp.ones(problem.n_units), problem.data)
+        out = cg_diagnostics(grad, problem.u_full - full[0], cg, problem.u_full,
+                             options.cg_rtol, options.cg_max_steps, warn=options.warn)
+    out["stage_seconds"] = {"derivatives": time.perf_counter() - t}
     return out

@@ -35,6 +35,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .batching import fold_indicator, fold_weights, map_batches
+
 
 class CGResult(NamedTuple):
     """x: solutions ``(m, D)``; num_steps, residual_norm (true relative residual
@@ -152,8 +154,8 @@ def block_conjugate_gradient(matvec, rhs, rtol: float = 1e-10,
     b_norm = jnp.linalg.norm(rhs, axis=1)
     rtol = jnp.broadcast_to(jnp.asarray(rtol, rhs.dtype), b_norm.shape)
     scale = jnp.where(b_norm > 0, b_norm, 1.0)
-    b = (rhs / scale[:, None]).T                 # (D, m), unit columns: no system is lost
-    m = b.shape[1]                               # to round-off next to a much larger one
+    # (D, m), unit columns: no system is lost to round-off next to a much larger one
+    b = (rhs / scale[:, None]).T
 
     def rel_residual(r):
         return jnp.linalg.norm(r, axis=0)
@@ -204,16 +206,8 @@ def block_conjugate_gradient(matvec, rhs, rtol: float = 1e-10,
                     tail.residual_norm, min_curv, converged)
 
 
-def _batched(fn, xs, batch_size):
-    """``lax.map`` of ``fn`` over the rows of ``xs`` in vectorised batches (``None``: one
-    ``vmap`` over all rows)."""
-    if batch_size is None or batch_size >= xs.shape[0]:
-        return jax.vmap(fn)(xs)
-    return lax.map(fn, xs, batch_size=batch_size)
-
-
-@partial(jax.jit, static_argnums=(0, 5, 6, 7, 8))
-def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
+@partial(jax.jit, static_argnums=(0, 4, 6, 7, 8, 9))
+def ij_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: int = 1000,
                  batch_size: int = 64, hvp_batch_size: int | None = None,
                  block: bool = True, newton_rtol=None):
     """Matrix-free IJ for every fold: ``u_1 + H^{-1} J (1 - w_o)`` by batched CG.
@@ -221,8 +215,9 @@ def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
     Args:
         fun: flat objective ``f(u, w, data)``.
         u_full: ``(D,)`` full-data parameters.
-        weights: ``(n_folds, n)`` fold weights.
+        index: ``(n_folds, m)`` padded left-out indices (padding ``n``).
         data: passed to ``fun``.
+        n: number of units.
         rtol: CG relative residual tolerance.
         max_steps: CG iteration limit.
         batch_size: fold directions computed per vectorised batch.
@@ -239,35 +234,38 @@ def ij_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
         the CG result is the full-data Newton step ``H^{-1} g`` (solved alongside the folds
         for the fit diagnostics).
     """
-    ones = jnp.ones(weights.shape[1], u_full.dtype)
+    ones = jnp.ones(n, u_full.dtype)
     grad_u = jax.grad(fun, argnums=0)
     grad, dir_w = jax.linearize(lambda w: grad_u(u_full, w, data), ones)
     _, hvp = jax.linearize(lambda u: grad_u(u, ones, data), u_full)
-    rhs = _batched(dir_w, 1.0 - weights, batch_size)
+    rhs = map_batches(lambda idx: dir_w(fold_indicator(idx, n, u_full.dtype)), index,
+                      batch_size)
     solver = block_conjugate_gradient if block else conjugate_gradient
     tols = jnp.full(rhs.shape[0] + 1, rtol, u_full.dtype)
     tols = tols.at[-1].set(rtol if newton_rtol is None else newton_rtol)
-    sol = solver(lambda v: _batched(hvp, v, hvp_batch_size),
+    sol = solver(lambda v: map_batches(hvp, v, hvp_batch_size),
                  jnp.concatenate([rhs, grad[None]]), tols, max_steps)
     return u_full[None, :] + sol.x[:-1], grad, sol.x[-1], sol
 
 
-@partial(jax.jit, static_argnums=(0, 5, 6))
-def newton_params_cg(fun, u_full, weights, data, rtol=1e-10, max_steps: int = 1000,
+@partial(jax.jit, static_argnums=(0, 4, 6, 7))
+def newton_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: int = 1000,
                      batch_size: int = 16):
     """Matrix-free Newton step for every fold: ``u_1 - H(w_o)^{-1} g(w_o)`` by CG.
 
-    Folds are processed by ``lax.map`` in vectorised batches of ``batch_size``; within a
-    fold ``H(w_o) v`` is a JVP of the gradient at the fold's weights.
+    Folds (``index``: ``(n_folds, m)`` padded left-out indices) are processed by ``lax.map``
+    in vectorised batches of ``batch_size``; within a fold ``H(w_o) v`` is a JVP of the
+    gradient at the fold's weights, built from its indices inside the batch.
 
     Returns:
         ``(params (n_folds, D), CGResult)``.
     """
     grad_u = jax.grad(fun, argnums=0)
 
-    def one(w):
+    def one(idx):
+        w = fold_weights(idx, n, u_full.dtype)
         g, hvp = jax.linearize(lambda u: grad_u(u, w, data), u_full)
         sol = conjugate_gradient(jax.vmap(hvp), g[None], rtol, max_steps)
         return u_full - sol.x[0], jax.tree_util.tree_map(lambda a: a[0], sol)
 
-    return _batched(one, weights, batch_size)
+    return map_batches(one, index, batch_size)

@@ -52,13 +52,13 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 
 from .._validate import check_choice, check_positive_int
-from ..engine.objective import make_objective
-from ..engine.optimize import batched_minimize
+from ..optim import batched_minimize
 from ..errors import InvalidArgumentError, InvalidDataError
 from ._data_scale import loc_scale, with_data_scale
 from ._occupancy import check_occupancy
 from ._transforms import inverse_gamma_log_prior, normal_log_prior
 from .gaussian_hmm import _kmeans, lagged
+from . import constraints as C
 from .hmm import HMM, Sequences, check_array, fit_method
 
 COVARIANCES = ("full", "diag")
@@ -189,23 +189,10 @@ class AutoregressiveEmissions(HMM):
         """``L~ = S^{-1} L`` (``inverse``: ``S L~``), so ``Sigma~ = S^{-1} Sigma S^{-1}``."""
         return trils * scale[:, None] if inverse else trils / scale[:, None]
 
-    def _constrain_trils(self, u):
-        """``(K, R)`` log-sqrt variances (diag) or ``(K, R(R+1)/2)`` packed triangles -> L."""
-        if self.covariance == "diag":
-            return jax.vmap(jnp.diag)(jnp.exp(u))
-        num_channels = int(round((np.sqrt(8 * u.shape[-1] + 1) - 1) / 2))
-        rows, cols = np.tril_indices(num_channels)
-        vals = jnp.where(jnp.asarray(rows == cols), jnp.exp(u), u)
-        return jnp.zeros((u.shape[0], num_channels, num_channels), u.dtype).at[
-            :, rows, cols].set(vals)
-
-    def _unconstrain_trils(self, trils):
-        diag = jnp.diagonal(trils, axis1=-2, axis2=-1)
-        if self.covariance == "diag":
-            return jnp.log(diag)
-        rows, cols = np.tril_indices(trils.shape[-1])
-        vals = trils[:, rows, cols]
-        return jnp.where(jnp.asarray(rows == cols), jnp.log(jnp.abs(vals)), vals)
+    def _tril_constraint(self):
+        """Covariance factors: ``(K, R)`` log-sqrt variances (diag) or ``(K, R(R+1)/2)``
+        packed triangles with log diagonal, unconstrained."""
+        return C.LowerCholesky(diagonal=self.covariance == "diag")
 
     # ------------------------------------------------------------------ fit
     def fit(self, data, level: str | None = None, init_params=None):
@@ -219,9 +206,9 @@ class AutoregressiveEmissions(HMM):
         ``approxcv.engine.MAX_DENSE_DIM`` parameters.
         """
         seqs, level, n = self.prepare(data, level)
-        starts = self._starts(seqs, init_params)
-        scale = self.objective_scale(seqs)
-        obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
+        starts = self._starts(seqs, level, init_params)
+        obj, u0s = self._fit_problem(seqs, level, starts)
+        scale = obj.scale
         newton, method = fit_method(obj.u_full.size,
                                     2 if obj.u_full.size <= self.newton_max_dim else 0)
         solve = batched_minimize(obj.fun, scale, self.max_steps, newton, method)
@@ -230,13 +217,12 @@ class AutoregressiveEmissions(HMM):
             runs = [solve(u[None], w[None], seqs) for u, w in zip(u0s, weights)]
             return jax.tree_util.tree_map(lambda *r: jnp.concatenate(r), *runs)
 
-        u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
         res = one_by_one(u0s, jnp.ones((len(starts), n)))
         best = self._best_start(res, f"{self.max_steps} optimiser steps", newton_steps=newton)
         return check_occupancy(self, self._perturbation_restarts(one_by_one, obj, best), seqs)
 
     # ------------------------------------------------------------------ init
-    def initial_params(self, seqs: Sequences, n_init: int, seed: int) -> list:
+    def _init_params(self, seqs: Sequences, n_init: int, seed: int) -> list:
         """``n_init`` starts: sticky transitions; k-means states (seed varies per start) and
         per-state least-squares emissions from :meth:`_initial_means`, all computed on the
         standardised data and mapped back (:meth:`_standardised`), so that the starts do not
@@ -378,11 +364,8 @@ class ARHMM(AutoregressiveEmissions):
             weights=jnp.concatenate([lags, bias[..., None]], axis=-1),
             scale_trils=self._standardised_trils(params.scale_trils, scale, inverse))
 
-    def _constrain_emissions(self, u):
-        return u[0], self._constrain_trils(u[1])
-
-    def _unconstrain_emissions(self, emissions):
-        return emissions[0], self._unconstrain_trils(emissions[1])
+    def _emission_constraints(self):
+        return C.Real(), self._tril_constraint()
 
     def _initial_means(self, x, s, labels, rng):
         """Per-cluster ridge regression of ``x_t`` on ``[s_t, 1]``; returns ``((W,), resid)``."""

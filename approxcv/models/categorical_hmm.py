@@ -13,7 +13,8 @@ import numpy as np
 
 from .._validate import check_positive_int
 from ..errors import InvalidDataError
-from ._transforms import dirichlet_log_prior, logits_to_log_simplex, simplex_to_logits
+from ._transforms import dirichlet_log_prior
+from . import constraints as C
 from .hmm import HMM, check_array
 
 
@@ -54,11 +55,8 @@ class CategoricalHMM(HMM):
     def _emission_log_prior(self, params):
         return dirichlet_log_prior(jnp.log(params.emission_probs), self.emission_concentration)
 
-    def _constrain_emissions(self, u):
-        return (jnp.exp(logits_to_log_simplex(u[0])),)
-
-    def _unconstrain_emissions(self, emissions):
-        return (simplex_to_logits(emissions[0]),)
+    def _emission_constraints(self):
+        return (C.Simplex(),)
 
     def _initial_emissions(self, x, rng, i):
         """Empirical symbol frequencies perturbed by Dirichlet noise, one row per state."""

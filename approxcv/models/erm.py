@@ -12,8 +12,15 @@ A concrete model supplies only the elementwise loss ``phi`` (:meth:`ERM.loss`), 
 validation of ``y`` and, if not ridge-type, its regularisers ``r``. The flat parameter
 vector is ``u = (theta, b)`` (``D = p + 1``, or ``p`` without intercept) and the design row
 of sample ``i`` is ``a_i = (x_i, 1)``, so ``eta = A u``; this is the layout
-:func:`approxcv.engine.make_objective` produces from the parameter NamedTuple
+:func:`approxcv.problem.make_problem` produces from the parameter NamedTuple
 ``(coef (p,), intercept ())`` — without an intercept, ``intercept`` has shape ``(0,)``.
+
+Cross-validation goes through :func:`approxcv.cross_validate` like every model. An ERM
+model declares its GLM structure (:meth:`ERM.glm_structure`), so the ``ns`` method (ALOOCV)
+uses rank-one Cholesky downdates of one factor and the ``ij`` method a closed-form ``J``;
+fits and exact refits use :func:`approxcv.optim.minimize` — BFGS with the safeguarded
+Newton polish, which ends at a round-off-level gradient (exact refits match independent
+solvers to ~1e-13) — the elastic net its own proximal solver, ridge fits their closed form.
 """
 from __future__ import annotations
 
@@ -26,7 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._validate import check_finite, check_positive_int
-from ..engine.optimize import batched_minimize
+from ..optim import batched_minimize
+from . import constraints as C
+from .base import Model, left_out
 from ..errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
                       InvalidDataError)
 
@@ -44,21 +53,19 @@ class ERMData(NamedTuple):
 
 
 class SmoothERM(NamedTuple):
-    """A smooth GLM-type ERM around a fit, in the form the ALOOCV engine works on.
+    """A smooth GLM-type ERM around a fit, as tuning differentiates it in ``lam``.
 
     ``F(u, w; lam) = sum_i w_i loss_fn(a_i^T u, y_i) + penalty_fn(u, lam, aux)``.
 
     design: ``A`` ``(n, D)``; y: ``(n,)``; u: ``(D,)`` the fit; lam: ``(m,)``;
-    aux: extra arrays for ``penalty_fn`` (e.g. signs); active: ``(D,)`` positions of these
-    coordinates in the model's full flat parameter vector (all of them for smooth models,
-    the support and intercept for the elastic net); loss_fn, penalty_fn: pure callables.
+    aux: extra arrays for ``penalty_fn`` (``None``, or the elastic net's signs and
+    support); loss_fn, penalty_fn: pure callables. The layout is the model's flat vector.
     """
     design: jax.Array
     y: jax.Array
     u: jax.Array
     lam: jax.Array
     aux: Any
-    active: np.ndarray
     loss_fn: Callable
     penalty_fn: Callable
 
@@ -100,78 +107,6 @@ def _flat_objective(loss_fn, penalty_fn):
     return fun
 
 
-@functools.lru_cache(maxsize=64)
-def _flat_hessian(loss_fn, penalty_fn):
-    """``hess(u, w, args) = A^T diag(w phi'') A + d2 penalty`` (the GLM structure of F)."""
-    def hess(u, w, args):
-        design, y, lam, aux = args
-        eta = design @ u
-        dphi = jax.grad(lambda e: jnp.sum(loss_fn(e, y)))
-        curv = jax.jvp(dphi, (eta,), (jnp.ones_like(eta),))[1]
-        return ((design * (w * curv)[:, None]).T @ design
-                + jax.hessian(penalty_fn)(u, lam, aux))
-    return hess
-
-
-def damped_newton(fun, u, w, args, max_steps: int = 50, hess_fn=None):
-    """Newton's method with Armijo backtracking on a smooth convex ``fun(u, w, args)``.
-
-    A step ``u - t H^{-1} g`` halves ``t`` (at most 20 times) until the objective decreases
-    sufficiently. Near round-off, where objective decreases are invisible, the full step is
-    still taken if it lowers ``||grad||``. The iteration stops after the first step whose
-    Newton decrement ``g^T H^{-1} g`` is below ``1e-26 (1 + |F|)`` (so the last significant
-    step is followed by one confirming step), when no step is accepted, or after
-    ``max_steps``. Pure and ``vmap``-able.
-
-    Args:
-        fun: ``fun(u, w, args)``; u: ``(D,)`` start; w: ``(n,)``; args: passed to ``fun``.
-        max_steps: step limit; hess_fn: ``hess_fn(u, w, args)`` (default ``jax.hessian(fun)``).
-
-    Returns:
-        ``(u (D,), ||grad F(u)||, num_steps)``.
-    """
-    grad, hess = jax.grad(fun), hess_fn or jax.hessian(fun)
-
-    def _newton_step(carry):
-        """One damped Newton step; the flag says whether to continue."""
-        u, gnorm, k, _ = carry
-        g = grad(u, w, args)
-        step = jnp.linalg.solve(hess(u, w, args), g)
-        f0, slope = fun(u, w, args), jnp.dot(g, step)
-
-        # Armijo backtracking over the fixed ladder t = 2^-j, j < 20, evaluated at once: a
-        # nested lax.while_loop here never returned under vmap for some Poisson problems
-        ladder = 0.5 ** jnp.arange(20.0)
-        values = jax.vmap(lambda t: fun(u - t * step, w, args))(ladder)
-        accept = values <= f0 - 1e-4 * ladder * slope
-        armijo = jnp.any(accept)
-        t = ladder[jnp.argmax(accept)]
-        full_gnorm = jnp.linalg.norm(grad(u - step, w, args))
-        u_new = jnp.where(armijo, u - t * step, jnp.where(full_gnorm < gnorm, u - step, u))
-        moved = jnp.all(jnp.isfinite(u_new)) & jnp.any(u_new != u)
-        u_new = jnp.where(moved, u_new, u)
-        # continue while the Newton decrement g^T H^{-1} g of the step just taken was
-        # above round-off: the step after the last significant one confirms convergence
-        progress = moved & (slope > 1e-26 * (1.0 + jnp.abs(f0)))
-        return u_new, jnp.linalg.norm(grad(u_new, w, args)), k + 1, progress
-
-    def _continue(carry):
-        return carry[3] & (carry[2] < max_steps) & (carry[1] > 0)
-
-    init = (u, jnp.linalg.norm(grad(u, w, args)), 0, jnp.asarray(True))
-    u, gnorm, steps, _ = jax.lax.while_loop(_continue, _newton_step, init)
-    return u, gnorm, steps
-
-
-@functools.lru_cache(maxsize=64)
-def _newton_solver(loss_fn, penalty_fn, max_steps: int = 50):
-    """``jit(vmap(damped_newton))`` over ``(u0 (b, D), w (b, n))`` for one ERM structure."""
-    fun, hess = _flat_objective(loss_fn, penalty_fn), _flat_hessian(loss_fn, penalty_fn)
-    return jax.jit(jax.vmap(
-        lambda u, w, args: damped_newton(fun, u, w, args, max_steps, hess),
-        in_axes=(0, 0, None)))
-
-
 def ridge_total(coef, aux=None):
     """``r(theta) = [||theta||^2 / 2]`` (one penalty weight), shape ``(1,)``."""
     return jnp.atleast_1d(0.5 * jnp.sum(coef ** 2))
@@ -195,18 +130,23 @@ def penalty_function(regularizers, fit_intercept: bool):
     return penalty
 
 
-class ERM:
+class ERM(Model):
     """Base class: weighted loss sum plus ``lam^T r(theta)`` (see module docstring).
 
     Args:
         lam: penalty weight, a scalar or one per coefficient (``>= 0``).
         fit_intercept: fit an unpenalised intercept.
-        max_steps: optimiser step limit (models without a closed form).
+        max_steps: BFGS step limit of a fit (models without a closed form).
 
     Subclasses set ``params_type`` (a NamedTuple ``(coef, intercept)``) and implement
     :meth:`loss` and :meth:`_validate_y`.
     """
     params_type: type = None
+    #: exact-CV refits: BFGS + Newton polish from the fit (convex objective: no restarts).
+    #: Not "newton": optim.newton_minimize stops once its sufficient-decrease test is lost
+    #: in round-off, at gradients ~1e-7 (LOO losses off by ~1e-7 relative)
+    refit_solver = "bfgs"
+    refit_restarts = 0
 
     def __init__(self, lam=1.0, *, fit_intercept: bool = True, max_steps: int = 1000):
         self.lam = check_lam(lam, "lam")
@@ -299,19 +239,22 @@ class ERM:
         """``A`` ``(n, D)``: the features with a column of ones if there is an intercept."""
         return design_matrix(data.X, self.fit_intercept)
 
-    @staticmethod
-    def objective_scale(data: ERMData) -> float:
+    def objective_scale(self, data: ERMData) -> float:
         """Number of samples (normalises optimiser tolerances)."""
         return float(data.num_samples)
 
     # ---------------------------------------------------------- parameters
-    def constrain(self, u):
-        """Identity: coefficients and intercept are unconstrained."""
-        return u
+    def param_constraints(self):
+        """Coefficients and intercept are unconstrained."""
+        return self.params_type(C.Real(), C.Real())
 
-    def unconstrain(self, params):
-        """Identity (as float64 arrays)."""
-        return self.params_type(*[jnp.asarray(p, dtype=jnp.float64) for p in params])
+    def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
+        """``n`` starts: zeros, then small Gaussian coefficients (seeded)."""
+        data, _, _ = self.prepare(data, level)
+        dim = self.design(data).shape[1]
+        rng = np.random.default_rng(seed)
+        return [self.flat_to_params(np.zeros(dim) if i == 0 else 0.1 * rng.normal(size=dim))
+                for i in range(n)]
 
     def params_to_flat(self, params) -> jax.Array:
         """``u = (coef, intercept)`` ``(D,)``."""
@@ -340,10 +283,10 @@ class ERM:
         weights = _check_weights(weights, n)
         u = self.params_to_flat(params)
         return (jnp.sum(weights * self.loss(self.design(data) @ u, data.y))
-                + self.penalty(u, self.lam_vector()))
+                + self.penalty(u, self.lam_vector(), self.penalty_aux()))
 
-    def heldout(self, params, data, weights, level: str | None = None):
-        """Fixed-shape held-out losses ``(fold_loss, point_losses (n,))``.
+    def heldout_loss(self, params, data, weights, level: str | None = None):
+        """Held-out losses ``(fold_loss, point_losses (n,))`` of the samples with weight 0.
 
         ``point_losses[i] = phi(x_i^T theta + b, y_i)`` where ``weights[i] == 0`` and 0
         elsewhere; ``fold_loss`` is their sum.
@@ -351,13 +294,8 @@ class ERM:
         data, _, n = self.prepare(data, level)
         weights = _check_weights(weights, n)
         eta = self.design(data) @ self.params_to_flat(params)
-        points = jnp.where(weights > 0, 0.0, self.loss(eta, data.y))
+        points = jnp.where(left_out(weights), self.loss(eta, data.y), 0.0)
         return jnp.sum(points), points
-
-    def heldout_loss(self, params, data, weights, level: str | None = None):
-        """Held-out losses of the samples with weight 0, shape ``(|o|,)``."""
-        _, points = self.heldout(params, data, weights, level)
-        return np.asarray(points)[np.asarray(weights) <= 0]
 
     def predict_linear(self, params, X):
         """Linear predictor ``X theta + b`` ``(n,)``."""
@@ -383,7 +321,8 @@ class ERM:
     def fit_flat(self, data: ERMData, lam, u0=None, weights=None):
         """Fit on prepared data at penalty weights ``lam`` from ``u0`` (warm start).
 
-        Default: BFGS with Newton polishing (:func:`approxcv.engine.batched_minimize`).
+        Default: BFGS with four safeguarded Newton polish steps
+        (:func:`approxcv.optim.batched_minimize`), ending at a round-off-level gradient.
 
         Returns:
             ``(u (D,), info)`` with ``info`` a dict (objective, grad_norm, converged, steps).
@@ -393,51 +332,13 @@ class ERM:
         u0 = jnp.zeros(dim) if u0 is None else jnp.asarray(u0, jnp.float64)
         w = jnp.ones(n) if weights is None else jnp.asarray(weights, jnp.float64)
         fun = _flat_objective(self.loss, self.penalty)
-        solve = batched_minimize(fun, float(n), self.max_steps, 4)
-        args = (design, data.y, jnp.asarray(lam, jnp.float64), None)
-        res = solve(u0[None], w[None], args)
-        u, gnorm, _ = _newton_solver(self.loss, self.penalty, 20)(res.u, w[None], args)
-        info = {"objective": float(fun(u[0], w, args)), "grad_norm": float(gnorm[0]),
-                "converged": bool(res.converged[0]) or bool(gnorm[0] <= 1e-7 * n),
-                "num_steps": int(res.num_steps[0])}
-        self._check_fit(u[0], info)
-        return u[0], info
-
-    def refit_batch(self, data: ERMData, lam, u0, weights, batch_size: int = 32):
-        """Exact refits of many folds, warm-started at ``u0``: ``vmap`` of damped Newton.
-
-        From the full-data fit Newton's method converges in a few steps; folds whose
-        gradient norm stays above ``1e-7 n`` are refitted again with BFGS + Newton
-        (:func:`approxcv.engine.batched_minimize`).
-
-        Args:
-            data: prepared data; lam: ``(m,)``; u0: ``(D,)``; weights: ``(n_folds, n)``.
-            batch_size: folds refitted together (a Python loop over batches, not folds).
-
-        Returns:
-            ``(u (n_folds, D), converged (n_folds,))`` as NumPy arrays.
-        """
-        design = self.design(data)
-        n = design.shape[0]
-        fun = _flat_objective(self.loss, self.penalty)
-        args = (design, data.y, jnp.asarray(lam, jnp.float64), None)
-        weights = jnp.asarray(weights, jnp.float64)
-        u0 = jnp.asarray(u0, jnp.float64)
-        newton = _newton_solver(self.loss, self.penalty, 50)
-        us, gnorms = [], []
-        for s in range(0, len(weights), batch_size):
-            w = weights[s:s + batch_size]
-            u, gnorm, _ = newton(jnp.broadcast_to(u0, (len(w), u0.shape[0])), w, args)
-            us.append(np.asarray(u))
-            gnorms.append(np.asarray(gnorm))
-        u, gnorm = np.concatenate(us), np.concatenate(gnorms)
-        bad = np.flatnonzero(~(gnorm <= 1e-7 * n))
-        if bad.size:
-            solve = batched_minimize(fun, float(n), self.max_steps, 2)
-            res = solve(jnp.broadcast_to(u0, (bad.size, u0.shape[0])), weights[bad], args)
-            u2, gnorm2, _ = newton(res.u, weights[bad], args)
-            u[bad], gnorm[bad] = np.asarray(u2), np.asarray(gnorm2)
-        return u, (gnorm <= 1e-7 * n) & np.all(np.isfinite(u), axis=1)
+        args = (design, data.y, jnp.asarray(lam, jnp.float64), self.penalty_aux())
+        res = batched_minimize(fun, float(n), self.max_steps, 4)(u0[None], w[None], args)
+        u = res.u[0]
+        info = {"objective": float(res.value[0]), "grad_norm": float(res.grad_norm[0]),
+                "converged": bool(res.converged[0]), "num_steps": int(res.num_steps[0])}
+        self._check_fit(u, info)
+        return u, info
 
     def _check_fit(self, u, info):
         name = type(self).__name__
@@ -449,12 +350,20 @@ class ERM:
             warnings.warn(f"{name}.fit did not converge in {self.max_steps} steps (gradient "
                           f"norm {info['grad_norm']:.3g})", ConvergenceWarning, stacklevel=3)
 
-    # ------------------------------------------------------ ALOOCV adapter
+    # ------------------------------------------- capabilities (models/base.py)
+    def glm_structure(self, data: ERMData):
+        """``(A, y, phi)``: ``F(u, w) = sum_i w_i phi(a_i^T u, y_i) + penalty(u)`` (the
+        ERM fast paths of the ``ns``/``ij`` methods)."""
+        return self.design(data), data.y, self.loss
+
+    def penalty_aux(self):
+        """Extra arrays of :attr:`penalty` (``None`` for ridge-type penalties)."""
+        return None
+
     def smooth_problem(self, data: ERMData, u) -> SmoothERM:
-        """The model as a smooth GLM-type ERM around the flat fit ``u`` (all coordinates)."""
-        design = self.design(data)
-        return SmoothERM(design, data.y, jnp.asarray(u, jnp.float64), self.lam_vector(), None,
-                         np.arange(design.shape[1]), self.loss, self.penalty)
+        """The model as a smooth GLM-type ERM around the flat fit ``u`` (for tuning)."""
+        return SmoothERM(self.design(data), data.y, jnp.asarray(u, jnp.float64),
+                         self.lam_vector(), self.penalty_aux(), self.loss, self.penalty)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(lam={self.lam!r}, fit_intercept={self.fit_intercept})"

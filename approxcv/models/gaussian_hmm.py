@@ -31,6 +31,7 @@ import numpy as np
 from .._validate import check_positive_int
 from ._data_scale import data_scale, loc_scale, with_data_scale
 from ._transforms import inverse_gamma_log_prior, normal_log_prior
+from . import constraints as C
 from .hmm import HMM, check_array
 
 
@@ -133,11 +134,8 @@ class GaussianHMM(HMM):
                                           self.var_scale)
                 + normal_log_prior(params.ar_coeffs, 0.0, self.ar_prior_var))
 
-    def _constrain_emissions(self, u):
-        return u[0], jnp.exp(u[1]), u[2]
-
-    def _unconstrain_emissions(self, emissions):
-        return emissions[0], jnp.log(emissions[1]), emissions[2]
+    def _emission_constraints(self):
+        return C.Real(), C.Positive(), C.Real()
 
     def _initial_emissions(self, x, rng, i):
         """k-means (k-means++ seeding, 20 Lloyd iterations; seed varies per start) on the

@@ -20,14 +20,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._validate import check_positive_int
-from ..engine.objective import make_objective
-from ..engine.linalg import MAX_DENSE_DIM
-from ..engine.optimize import batched_minimize
+from ..optim import MinimizeResult, batched_minimize
+from ..optim.newton import polish_rows
+from ..optim.pd import MAX_DENSE_DIM
 from ..errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
                       InvalidDataError)
 from ..inference import chain
+from . import constraints as C
 from ._occupancy import check_occupancy
-from ._transforms import dirichlet_log_prior, logits_to_log_simplex, simplex_to_logits
+from ._transforms import dirichlet_log_prior
+from .base import Model, left_out
 
 LEVELS = ("within", "structure")
 #: most rounds of :meth:`HMM._perturbation_restarts`
@@ -47,7 +49,7 @@ class Sequences(NamedTuple):
         return int(self.x.shape[0])
 
 
-class HMM:
+class HMM(Model):
     """Base class of HMMs with a weighted-objective interface (see module docstring).
 
     Subclasses set ``params_type`` (a NamedTuple whose first two fields are
@@ -113,23 +115,14 @@ class HMM:
     def _validate_sequence(self, x, name: str) -> np.ndarray:
         raise NotImplementedError
 
-    @staticmethod
-    def objective_scale(seqs: Sequences) -> float:
+    def objective_scale(self, seqs: Sequences) -> float:
         """Number of observed time steps (normalises optimiser tolerances)."""
         return float(seqs.mask.sum())
 
     # ----------------------------------------------------------- parameters
-    def constrain(self, u):
-        """Map an unconstrained parameter tree to model parameters."""
-        return self.params_type(
-            jnp.exp(logits_to_log_simplex(u[0])), jnp.exp(logits_to_log_simplex(u[1])),
-            *self._constrain_emissions(u[2:]))
-
-    def unconstrain(self, params):
-        """Map model parameters to the unconstrained tree used for H and J."""
-        params = self.params_type(*[jnp.asarray(p, dtype=jnp.float64) for p in params])
-        return self.params_type(simplex_to_logits(params[0]), simplex_to_logits(params[1]),
-                                *self._unconstrain_emissions(params[2:]))
+    def param_constraints(self):
+        """Simplexes for the initial distribution and transition rows, then the emissions'."""
+        return self.params_type(C.Simplex(), C.Simplex(), *self._emission_constraints())
 
     def log_prior(self, params, data=None):
         """Dirichlet priors on the initial distribution and transition rows + emission prior.
@@ -168,8 +161,8 @@ class HMM:
             return chain.log_normalizer(*self.log_potentials(params, x, mask))
         return jax.vmap(one)(seqs.x, seqs.mask)
 
-    def heldout(self, params, data, weights, level: str | None = None):
-        """Fixed-shape held-out losses: ``(fold_loss, point_losses (n,))``.
+    def heldout_loss(self, params, data, weights, level: str | None = None):
+        """Held-out losses of the units with weight 0: ``(fold_loss, point_losses (n,))``.
 
         Within: ``-log p(x_o | x_kept)`` and ``-log p(x_t | x_kept)`` (zero where kept),
         in the full model. Structure: ``-log p(x_i)`` for every left-out sequence.
@@ -179,13 +172,8 @@ class HMM:
         if level == "within":
             return chain.heldout_losses(*self.log_potentials(params, seqs.x[0], seqs.mask[0]),
                                         weights)
-        losses = jnp.where(weights > 0, 0.0, -self.sequence_log_likelihoods(params, seqs))
+        losses = jnp.where(left_out(weights), -self.sequence_log_likelihoods(params, seqs), 0.0)
         return jnp.sum(losses), losses
-
-    def heldout_loss(self, params, data, weights, level: str | None = None):
-        """Per-unit held-out losses of the units with weight 0, shape ``(|o|,)``."""
-        _, points = self.heldout(params, data, weights, level)
-        return np.asarray(points)[np.asarray(weights) == 0]
 
     @staticmethod
     def _check_weights(weights, n):
@@ -196,8 +184,12 @@ class HMM:
         return weights
 
     # ------------------------------------------------------------------ fit
-    def initial_params(self, seqs: Sequences, n_init: int, seed: int) -> list:
-        """``n_init`` starting parameter sets: sticky transitions and data-based emissions."""
+    def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
+        """``n`` starting parameter sets: sticky transitions and data-based emissions."""
+        seqs, _, _ = self.prepare(data, level)
+        return self._init_params(seqs, n, seed)
+
+    def _init_params(self, seqs: Sequences, n_init: int, seed: int) -> list:
         rng = np.random.default_rng(seed)
         x = np.asarray(seqs.x)[np.asarray(seqs.mask) > 0]
         k = self.n_states
@@ -215,8 +207,10 @@ class HMM:
         Above ``approxcv.engine.MAX_DENSE_DIM`` parameters L-BFGS without Newton polish is
         used instead (nothing of size ``D x D`` is formed).
 
-        Starts are refined together with one ``vmap``. With ``n_perturb > 0`` the best fit
-        is then improved by perturbation restarts (:meth:`_perturbation_restarts`). The run
+        Starts are refined together in one compiled batched loop (padded to one batch shape
+        shared with the perturbation rounds, so a fit compiles once per model and data
+        shape). With ``n_perturb > 0`` the best fit is then improved by perturbation
+        restarts (:meth:`_perturbation_restarts`). The run
         is recorded in ``self.fit_result_`` (objective, gradient norm and convergence of
         every start; ``final_objective`` and ``final_grad_norm`` of the returned fit).
 
@@ -229,18 +223,24 @@ class HMM:
             FitError: no start reached a finite objective.
         """
         seqs, level, n = self.prepare(data, level)
-        starts = self._starts(seqs, init_params)
-        scale = self.objective_scale(seqs)
-        obj = make_objective(self, seqs, starts[0], "A", level, n, scale)
-        u0s = jnp.stack([make_objective(self, seqs, p, "A", level, n).u_full for p in starts])
-        solve, limit = self._fit_solver(obj.fun, scale, obj.u_full.size)
-        res = solve(u0s, jnp.ones((len(starts), n)), seqs)
+        starts = self._starts(seqs, level, init_params)
+        obj, u0s = self._fit_problem(seqs, level, starts)
+        solve, limit = self._fit_solver(obj.fun, obj.scale, obj.u_full.size)
+        # one batch shape for the starts and the perturbation rounds: one compilation
+        solve = _padded(solve, max(len(starts), self.n_perturb), seqs)
+        res = solve(u0s, np.ones((len(starts), n)))
         return check_occupancy(self, self._perturbation_restarts(
-            lambda u, w: solve(u, w, seqs), obj, self._best_start(res, limit)), seqs)
+            solve, obj, self._best_start(res, limit)), seqs)
 
-    def _starts(self, seqs: Sequences, init_params) -> list:
-        """The starts of :meth:`fit`: ``init_params`` (one parameter set or a list of them),
-        then the model's ``n_init`` starts from :meth:`initial_params`."""
+    def _fit_problem(self, seqs, level, starts):
+        """``(Problem at starts[0], (len(starts), D) unconstrained starts)`` of a fit."""
+        from ..problem import flat_params, make_problem
+        obj = make_problem(self, seqs, starts[0], level=level, checked=True)
+        return obj, jnp.stack([flat_params(self, p)[0] for p in starts])
+
+    def _starts(self, seqs: Sequences, level, init_params) -> list:
+        """The starts of :meth:`fit`: ``init_params`` (one parameter set or a list of them,
+        validated), then the model's ``n_init`` starts from :meth:`init_params`."""
         many = isinstance(init_params, (list, tuple)) and not isinstance(
             init_params, self.params_type)
         extra = [] if init_params is None else list(init_params) if many else [init_params]
@@ -249,8 +249,8 @@ class HMM:
                 raise ArgumentTypeError(
                     f"`init_params` must be {self.params_type.__name__} (or a list of them), "
                     f"got {type(p).__name__}")
-        return ([self.params_type(*[np.asarray(v) for v in p]) for p in extra]
-                + self.initial_params(seqs, self.n_init, self.seed))
+        return ([self.check_params(p, seqs, level, "init_params") for p in extra]
+                + self._init_params(seqs, self.n_init, self.seed))
 
     def _perturbation_restarts(self, solve, obj, best_u):
         """Search neighbouring local optima of the MAP objective (a basin-hopping search).
@@ -266,7 +266,7 @@ class HMM:
 
         Args:
             solve: ``solve(u0s (m, D), weights (m, n)) -> MinimizeResult`` (batched).
-            obj: the fit's :class:`~approxcv.engine.objective.WeightedObjective`.
+            obj: the fit's :class:`~approxcv.problem.Problem`.
             best_u: the best start's unconstrained parameters ``(D,)``.
 
         Returns:
@@ -278,13 +278,13 @@ class HMM:
         best_grad = float(r["grad_norm"][r["best"]])
         rounds = []
         rng = np.random.default_rng(self.seed)
-        n = obj.num_units
+        n = obj.n_units
         for _ in range(MAX_PERTURB_ROUNDS if self.n_perturb else 0):
             keep = rng.random((self.n_perturb, n)) >= self.perturb_frac
             keep[np.arange(self.n_perturb), rng.integers(n, size=self.n_perturb)] = True
-            starts = jnp.tile(best_u, (self.n_perturb, 1))
-            moved = solve(starts, jnp.asarray(keep, dtype=jnp.float64))
-            polished = solve(moved.u, jnp.ones((self.n_perturb, n)))
+            starts = np.tile(np.asarray(best_u), (self.n_perturb, 1))
+            moved = solve(starts, keep.astype(np.float64))
+            polished = solve(moved.u, np.ones((self.n_perturb, n)))
             values = np.where(np.asarray(polished.converged)
                               & np.isfinite(np.asarray(polished.value)),
                               np.asarray(polished.value), np.inf)
@@ -298,13 +298,28 @@ class HMM:
                  perturbation={"n_perturb": self.n_perturb, "frac": self.perturb_frac,
                                "objective": [v.tolist() for v in rounds],
                                "improvement": float(r["objective"][r["best"]] - best_value)})
-        return self.params_type(*[np.asarray(p) for p in obj.unravel(best_u)])
+        # one compiled program, not a dozen eagerly dispatched (and compiled) operations
+        return self.params_type(*[np.asarray(p) for p in jax.jit(obj.unravel)(best_u)])
 
     def _fit_solver(self, fun, scale: float, dim: int):
         """``(solve, limit)``: the batched optimiser refining the starts of :meth:`fit`
-        (BFGS + Newton polish, L-BFGS above ``MAX_DENSE_DIM``) and its step limit, in words."""
-        return (batched_minimize(fun, scale, self.max_steps, *fit_method(dim)),
-                f"{self.max_steps} optimiser steps")
+        (BFGS + Newton polish, L-BFGS above ``MAX_DENSE_DIM``) and its step limit, in words.
+
+        BFGS runs as one compiled batched loop; the Newton polish of every run follows in
+        Python (:func:`~approxcv.optim.newton.polish_rows`) on the one compiled
+        ``(F, g, H, J)`` sweep of :func:`~approxcv.optim.newton.value_and_derivatives`,
+        which derivative-based CV at the fit can reuse, instead of a second Hessian program
+        compiled inside the loop.
+        """
+        newton_steps, method = fit_method(dim)
+        bfgs = batched_minimize(fun, scale, self.max_steps, 0, method)
+
+        def solve(u0s, weights, data):
+            res = bfgs(u0s, weights, data)
+            if not newton_steps:
+                return res
+            return polish_rows(fun, res, np.asarray(weights), data, scale, newton_steps)
+        return solve, f"{self.max_steps} optimiser steps"
 
     def _best_start(self, res, limit: str, **record):
         """The unconstrained parameters ``(D,)`` of the best converged start of a batched fit
@@ -340,17 +355,34 @@ class HMM:
     def _emission_log_prior(self, params):
         raise NotImplementedError
 
-    def _constrain_emissions(self, u_emissions):
-        raise NotImplementedError
-
-    def _unconstrain_emissions(self, emissions):
+    def _emission_constraints(self) -> tuple:
+        """Constraints of the emission fields of ``params_type`` (in order)."""
         raise NotImplementedError
 
     def _initial_emissions(self, x, rng, i):
         raise NotImplementedError
 
+    def params_template(self, data, level: str | None = None):
+        """Parameters of the right structure and shapes (the first start), no fit."""
+        seqs, _, _ = self.prepare(data, level)
+        return self._init_params(seqs, 1, self.seed)[0]
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_states={self.n_states})"
+
+
+def _padded(solve, rows: int, data):
+    """``solve(u0s, weights, data)`` as ``run(u0s (m, D), weights (m, n))`` on batches padded
+    to ``rows`` rows (repeating the last), so that every batch of a fit has one shape and
+    the optimiser compiles once; results are NumPy arrays of the ``m`` real rows."""
+    def run(u0s, weights):
+        u0s, weights = np.asarray(u0s), np.asarray(weights)
+        m = len(u0s)
+        extra = max(rows - m, 0)
+        res = solve(np.concatenate([u0s, np.repeat(u0s[-1:], extra, 0)]),
+                    np.concatenate([weights, np.repeat(weights[-1:], extra, 0)]), data)
+        return MinimizeResult(*(np.asarray(x)[:m] for x in res))
+    return run
 
 
 def fit_method(dim: int, newton_steps: int = 2) -> tuple:

@@ -40,6 +40,7 @@ import numpy as np
 from .._validate import check_positive_int
 from ..errors import InvalidArgumentError
 from ._transforms import normal_log_prior
+from . import constraints as C
 from .arhmm import AutoregressiveEmissions, ridge_fit
 
 
@@ -128,11 +129,8 @@ class NeuralARHMM(AutoregressiveEmissions):
             hidden_weights=w1, hidden_biases=c1, output_weights=w2, output_biases=c2,
             scale_trils=self._standardised_trils(params.scale_trils, scale, inverse))
 
-    def _constrain_emissions(self, u):
-        return (*u[:4], self._constrain_trils(u[4]))
-
-    def _unconstrain_emissions(self, emissions):
-        return (*emissions[:4], self._unconstrain_trils(emissions[4]))
+    def _emission_constraints(self):
+        return (C.Real(), C.Real(), C.Real(), C.Real(), self._tril_constraint())
 
     def _initial_means(self, x, s, labels, rng):
         """Random hidden layer per state, output layer by ridge regression (module docstring)."""

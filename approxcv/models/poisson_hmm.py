@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from . import constraints as C
 from ._transforms import gamma_log_prior
 from .hmm import HMM, check_counts
 
@@ -59,11 +60,8 @@ class PoissonHMM(HMM):
     def _emission_log_prior(self, params):
         return gamma_log_prior(jnp.log(params.rates), self.rate_shape, self.rate_rate)
 
-    def _constrain_emissions(self, u):
-        return (jnp.exp(u[0]),)
-
-    def _unconstrain_emissions(self, emissions):
-        return (jnp.log(emissions[0]),)
+    def _emission_constraints(self):
+        return (C.Positive(),)
 
     def _initial_emissions(self, x, rng, i):
         """Rates at jittered quantiles of the counts (plain quantiles for the first start)."""

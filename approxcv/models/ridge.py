@@ -7,7 +7,8 @@ usual squared error. Equivalent to scikit-learn's ``Ridge(alpha=lam)``, which mi
 ``||y - X theta - b||^2 + alpha ||theta||^2`` (the same minimiser).
 
 Because the objective is quadratic, one Newton step from the full fit is the exact
-leave-one-out refit: ALOOCV (``method="ns"``) equals exact LOO to round-off.
+refit: ``cross_validate(..., method="ns")`` (ALOOCV) equals exact CV to round-off, and for
+leave-one-out both are the PRESS residuals ``r_i / (1 - h_i)``.
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ class Ridge(ERM):
         >>> res = acv.cross_validate(model, (X, y), acv.folds.leave_one_out(40), method="ns")
     """
     params_type = RidgeParams
+    #: exact refits: on a quadratic the first (undamped) Newton step is the exact refit
+    refit_solver = "newton"
 
     @staticmethod
     def loss(eta, y):
@@ -73,17 +76,3 @@ class Ridge(ERM):
         info["converged"] = bool(np.all(np.isfinite(np.asarray(u))))
         self._check_fit(u, info)
         return u, info
-
-    def refit_batch(self, data: ERMData, lam, u0, weights, batch_size: int = 256):
-        """Exact refits of many folds by the closed form (``vmap``); ``u0`` is ignored.
-
-        Returns ``(u (n_folds, D), converged (n_folds,))`` as NumPy arrays.
-        """
-        design = self.design(data)
-        hess_pen = jax.hessian(self.penalty)(jnp.zeros(design.shape[1]),
-                                             jnp.asarray(lam, jnp.float64), None)
-        weights = jnp.asarray(weights, jnp.float64)
-        u = np.concatenate([np.asarray(_ridge_solve_batch(design, data.y,
-                                                          weights[s:s + batch_size], hess_pen))
-                            for s in range(0, len(weights), batch_size)])
-        return u, np.all(np.isfinite(u), axis=1)

@@ -1,7 +1,7 @@
-"""ALOOCV kernels: Cholesky downdates, LOO / leave-q-out Newton steps, IJ, influence."""
+"""ERM fast paths: Cholesky downdates, the ``ns`` path on GLM structure, the closed-form IJ
+Jacobian and the influence function, each against brute force or the generic engine."""
 import warnings
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -10,9 +10,12 @@ from hypothesis import strategies as st
 
 import approxcv as acv
 from approxcv.engine import aloo
+from approxcv.engine.methods import Options
+from approxcv.engine.methods.ij import ij
+from approxcv.engine.methods.ns import ns
 from approxcv.models.logistic import Logistic
 from approxcv.models.ridge import Ridge
-from approxcv.tuning import aloocv, exact_cv
+from approxcv.problem import make_problem
 
 
 def spd(dim, seed):
@@ -51,107 +54,105 @@ def test_rank_q_downdate_and_indefinite_downdate():
 N = 120
 
 
-def fit_and_derivatives(model, X, y):
-    """``(params, smooth problem, GLM terms, Hessian)`` at the full fit."""
-    params = model.fit((X, y))
-    data, _, _ = model.prepare((X, y))
-    prob = model.smooth_problem(data, model.params_to_flat(params))
-    terms = aloo.glm_terms(prob.loss_fn, prob.design, prob.y, prob.u)
-    hess = aloo.glm_hessian(terms, jax.hessian(prob.penalty_fn)(prob.u, prob.lam, None))
-    return params, prob, terms, hess
-
-
 @pytest.fixture(scope="module")
-def logistic_fit():
+def logistic_problem():
     # the data of tests/test_tuning.py: kernels compiled once for both files
     rng = np.random.default_rng(1)
     X = rng.normal(size=(N, 4))
     y = (X @ [1.0, -2.0, 0.5, 0.0] + rng.normal(size=N) > 0).astype(float)
     model = Logistic(0.8)
-    params, prob, terms, hess = fit_and_derivatives(model, X, y)
-    return model, (X, y), params, prob, terms, hess
+    params = model.fit((X, y))
+    problem = make_problem(model, (X, y), params, local=True)
+    terms = aloo.glm_terms(problem.glm.loss, problem.glm.design, problem.glm.y,
+                           problem.u_full)
+    hess = aloo.glm_hessian(terms, jnp.diag(jnp.asarray([0.8] * 4 + [0.0])))
+    return model, (X, y), params, problem, terms, hess
 
 
-def brute_force_newton(prob, terms, hess, fold):
+def brute_force_newton(problem, terms, hess, fold):
     """u_1 + (H - sum_o d_i a_i a_i^T)^{-1} sum_o g_i a_i with a fresh solve."""
     fold = np.asarray(fold)
     a = np.asarray(terms.design)[fold]
     h_o = np.asarray(hess) - (a * np.asarray(terms.curv)[fold][:, None]).T @ a
-    return np.asarray(prob.u) + np.linalg.solve(h_o, a.T @ np.asarray(terms.grad)[fold])
+    return np.asarray(problem.u_full) + np.linalg.solve(h_o, a.T @ np.asarray(terms.grad)[fold])
 
 
-def test_loo_downdates_equal_fresh_newton_and_closed_form(logistic_fit):
-    _, _, _, prob, terms, hess = logistic_fit
-    chol = jnp.linalg.cholesky(hess)
-    params, ok = aloo.loo_newton_params(chol, terms, prob.u, batch_size=7)
-    assert np.all(ok)
-    fresh = np.stack([brute_force_newton(prob, terms, hess, [i]) for i in range(N)])
-    np.testing.assert_allclose(params, fresh, rtol=1e-10, atol=1e-12)
-    closed = aloo.loo_newton_params_closed_form(hess, terms, prob.u)
-    np.testing.assert_allclose(closed, fresh, rtol=1e-10, atol=1e-12)
-
-
-@pytest.mark.parametrize("refactor", [False, True])
-def test_leave_q_out_newton_equals_fresh(logistic_fit, refactor):
-    _, _, _, prob, terms, hess = logistic_fit
-    folds = acv.folds.kfold(N, 4, seed=1)                 # folds of size 30
-    index, mask = aloo.padded_folds(folds.weights())
-    params, ok = aloo.fold_newton_params(jnp.linalg.cholesky(hess), hess, terms, prob.u, index,
-                                         mask, refactor=refactor)
-    fresh = np.stack([brute_force_newton(prob, terms, hess, f) for f in folds])
-    assert np.all(ok)
+@pytest.mark.parametrize("k, refactor", [(N, False), (4, False), (4, True)],
+                         ids=["loo", "kfold-downdate", "kfold-refactor"])
+def test_downdated_newton_steps_equal_fresh_solves(logistic_problem, k, refactor):
+    _, _, _, problem, terms, hess = logistic_problem
+    folds = acv.folds.leave_one_out(N) if k == N else acv.folds.kfold(N, k, seed=1)
+    params, pivot = aloo.fold_newton_params(
+        jnp.linalg.cholesky(hess), hess, terms, problem.u_full, jnp.asarray(folds.padded()),
+        jnp.zeros(5), batch_size=7, refactor=refactor)
+    assert np.all(np.asarray(pivot) > 0)
+    fresh = np.stack([brute_force_newton(problem, terms, hess, f) for f in folds])
     np.testing.assert_allclose(params, fresh, rtol=1e-9, atol=1e-11)
+    if k == N:   # Sherman-Morrison closed form (tuning differentiates it)
+        closed = aloo.loo_newton_params_closed_form(jnp.linalg.cholesky(hess), terms,
+                                                    problem.u_full)
+        np.testing.assert_allclose(closed, fresh, rtol=1e-10, atol=1e-12)
 
 
-def test_cross_validate_ns_equals_aloocv(logistic_fit):
-    model, data, params, *_ = logistic_fit
-    res = acv.cross_validate(model, data, acv.folds.leave_one_out(N), method="ns",
-                             params=params, progress=False)
-    ours = aloocv(model, data, params)
-    np.testing.assert_allclose(res.fold_loss, ours.loo_losses(), rtol=1e-10)
-    np.testing.assert_allclose(res.params_flat, ours.params, rtol=1e-10, atol=1e-12)
+@pytest.mark.parametrize("method", [ns, ij], ids=["ns", "ij"])
+def test_glm_fast_paths_equal_the_generic_methods(logistic_problem, method):
+    """``ns`` by downdates and ``ij`` with the closed-form J equal the generic methods
+    (the same problem without its GLM structure), leave-one-out and unequal folds."""
+    *_, problem, _, _ = logistic_problem
+    generic = problem._replace(glm=None)
+    for folds in (acv.folds.leave_one_out(N), acv.folds.iid(N, 0.05, 30, seed=2)):
+        fast, d_fast = method(problem, folds, Options(progress=False))
+        slow, d_slow = method(generic, folds, Options(progress=False))
+        np.testing.assert_allclose(fast, slow, rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(d_fast["unreliable"], d_slow["unreliable"])
+        assert d_fast["grad_norm"] == pytest.approx(d_slow["grad_norm"], rel=1e-6, abs=1e-12)
+    if method is ns:
+        assert d_fast["ns_path"] == "glm_downdate" and not d_fast["ns_downdate_fallback"].any()
 
 
-def test_ij_matches_engine_and_influence_underestimates(logistic_fit):
-    model, data, params, *_ = logistic_fit
-    folds = acv.folds.kfold(N, 5, seed=0)
-    res = acv.cross_validate(model, data, folds, method="ij", params=params, progress=False)
-    ij = aloocv(model, data, params, folds=folds, method="ij")
-    np.testing.assert_allclose(ij.fold_loss, res.fold_loss, rtol=1e-10)
-    newton = aloocv(model, data, params)
-    infl = aloocv(model, data, params, method="influence")
-    exact = exact_cv(model, data, params)[0]
-    assert infl.estimate < newton.estimate
-    assert infl.estimate < exact
-    assert abs(newton.estimate - exact) < abs(infl.estimate - exact)
+def test_failed_downdates_fall_back_to_the_generic_step():
+    """Ridge without a penalty and D = n: leaving a sample out makes H_{-i} singular, the
+    downdate fails, and those folds take the generic jittered Newton step instead."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(4, 3)), rng.normal(size=4)
+    model = Ridge(0.0)
+    params = model.fit((X, y))
+    problem = make_problem(model, (X, y), params)
+    folds = acv.folds.leave_one_out(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast, diag = ns(problem, folds, Options(progress=False))
+        slow, _ = ns(problem._replace(glm=None), folds, Options(progress=False))
+    assert diag["ns_downdate_fallback"].all() and np.all(diag["ns_jitter"] > 0)
+    np.testing.assert_array_equal(fast, slow)
 
 
-def test_ridge_influence_formula_and_kfold_exactness():
-    """Ridge: IF loss is 1/2 r^2 (1 + 2 h), ALOOCV k-fold is exact k-fold CV."""
+def test_influence_function_underestimates(logistic_problem):
+    model, data, params, problem, _, _ = logistic_problem
+    loo = acv.folds.leave_one_out(N)
+    infl = aloo.influence_losses(problem, loo)[0].mean()
+    newton = acv.cross_validate(model, data, loo, "ns", params=params, progress=False)
+    exact = acv.cross_validate(model, data, loo, "exact", params=params, progress=False)
+    newton, exact = newton.fold_loss.mean(), exact.fold_loss.mean()
+    assert infl < newton and infl < exact
+    assert abs(newton - exact) < abs(infl - exact)
+
+
+def test_ridge_influence_and_ns_formulas():
+    """Ridge: the IF loss is 1/2 r^2 (1 + 2 h), NS is 1/2 r^2 / (1 - h)^2 (exact LOO)."""
     rng = np.random.default_rng(4)
     X = rng.normal(size=(25, 3))
     y = X @ [1.0, 0.0, -1.0] + rng.normal(size=25)
     model = Ridge(0.5)
-    params, prob, terms, hess = fit_and_derivatives(model, X, y)
+    params = model.fit((X, y))
+    problem = make_problem(model, (X, y), params)
+    terms = aloo.glm_terms(problem.glm.loss, problem.glm.design, problem.glm.y,
+                           problem.u_full)
+    hess = aloo.glm_hessian(terms, jnp.diag(jnp.asarray([0.5] * 3 + [0.0])))
     lev = np.asarray(aloo.leverages(jnp.linalg.cholesky(hess), terms))
-    resid = y - np.asarray(prob.design @ prob.u)
-    infl = aloocv(model, (X, y), params, method="influence").loo_losses()
+    resid = y - np.asarray(problem.glm.design @ problem.u_full)
+    loo = acv.folds.leave_one_out(25)
+    infl = aloo.influence_losses(problem, loo)[0]
     np.testing.assert_allclose(infl, 0.5 * resid ** 2 * (1 + 2 * lev), rtol=1e-10)
-    np.testing.assert_allclose(aloocv(model, (X, y), params).loo_losses(),
-                               0.5 * resid ** 2 / (1 - lev) ** 2, rtol=1e-10)
-    folds = acv.folds.kfold(25, 5, seed=3)
-    approx = aloocv(model, (X, y), params, folds=folds)
-    exact = exact_cv(model, (X, y), params, folds=folds)
-    np.testing.assert_allclose(approx.estimate, exact[0], rtol=1e-10)
-
-
-def test_failed_downdate_is_flagged():
-    """Without a penalty and with D = n, leaving a sample out makes H_{-i} singular."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(4, 3))
-    y = rng.normal(size=4)
-    model = Ridge(0.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = aloocv(model, (X, y))
-    assert not res.ok.all()
+    res = acv.cross_validate(model, (X, y), loo, "ns", params=params, progress=False)
+    np.testing.assert_allclose(res.fold_loss, 0.5 * resid ** 2 / (1 - lev) ** 2, rtol=1e-10)

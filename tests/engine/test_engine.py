@@ -9,7 +9,47 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from approxcv import engine
-from approxcv.errors import InvalidArgumentError, JitterWarning, NotPositiveDefiniteError
+from approxcv.errors import CheckpointError, JitterWarning, NotPositiveDefiniteError
+from approxcv.folds import Folds
+from approxcv.optim import factor_hessian
+from approxcv.problem import Problem
+
+
+def raw_problem(fun, data, u1, n, key="quadratic"):
+    """A :class:`Problem` straight from a flat objective (no model); no held-out loss."""
+    return Problem(fun, lambda u, w, d: (0.0 * jnp.sum(u), jnp.zeros(n)), data,
+                   jnp.asarray(u1), lambda u: u, n, 1.0, None, (key, "A", "within"))
+
+
+def as_folds(W):
+    """Folds left out by the zero entries of each row of ``W``."""
+    return Folds([np.flatnonzero(w == 0) for w in W], W.shape[1])
+
+
+class RawFolds:
+    """Folds from 0/1 rows of ``W``, allowing rows that leave nothing out (``w = 1``)."""
+
+    def __init__(self, W):
+        self.rows = [np.flatnonzero(w == 0) for w in W]
+        self.n, self.ids = W.shape[1], np.arange(len(W))
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+    def padded(self):
+        out = np.full((len(self), max(1, max(map(len, self.rows)))), self.n)
+        for i, r in enumerate(self.rows):
+            out[i, :len(r)] = r
+        return out
+
+
+def run(name, problem, W, **options):
+    """``(fold params, diagnostics)`` of method ``name`` on the folds of ``W``."""
+    opts = engine.Options(progress=False, warn=False, **options)
+    return engine.get_method(name)[0](problem, RawFolds(W), opts)
 
 
 def linear_in_w_quadratic(u, w, data):
@@ -52,7 +92,7 @@ def test_ij_is_exact_for_objective_linear_in_w(seed, d, n):
     g, H, J = engine.gradient_hessian_jacobian(linear_in_w_quadratic, jnp.asarray(u1),
                                                jnp.ones(n), data, True)
     W = random_folds(rng, n, 4)
-    U = engine.ij_params(engine.factor_hessian(H), J, jnp.asarray(u1), jnp.asarray(W))
+    U, _ = run("ij", raw_problem(linear_in_w_quadratic, data, u1, n), W, solver="dense")
     expected = np.linalg.solve(Q, B.T @ W.T).T
     np.testing.assert_allclose(np.asarray(U), expected, rtol=1e-9, atol=1e-9)
 
@@ -66,11 +106,10 @@ def test_newton_step_is_exact_for_quadratic_objective(seed, d, n):
     data = tuple(map(jnp.asarray, (Qs, A, P)))
     u1 = exact_minimiser_weighted_quadratic(np.ones(n), Qs, A, P)
     W = random_folds(rng, n, 3)
-    U, min_eig, jitter = engine.newton_params(weighted_quadratic, jnp.asarray(u1),
-                                              jnp.asarray(W), data, 2)
+    U, diag = run("ns", raw_problem(weighted_quadratic, data, u1, n), W, batch_size=2)
     expected = np.stack([exact_minimiser_weighted_quadratic(w, Qs, A, P) for w in W])
     np.testing.assert_allclose(np.asarray(U), expected, rtol=1e-8, atol=1e-9)
-    assert np.all(np.asarray(jitter) == 0.0)
+    assert np.all(diag["ns_jitter"] == 0.0) and not diag["unreliable"].any()
 
 
 def test_exact_refits_match_closed_form_and_w1_reproduces_fit():
@@ -81,11 +120,11 @@ def test_exact_refits_match_closed_form_and_w1_reproduces_fit():
     data = tuple(map(jnp.asarray, (Qs, A, P)))
     u1 = exact_minimiser_weighted_quadratic(np.ones(n), Qs, A, P)
     W = np.vstack([np.ones(n), random_folds(rng, n, 3)])
-    out = engine.exact_params(weighted_quadratic, u1, W, data=data, progress=False)
+    U, diag = run("exact", raw_problem(weighted_quadratic, data, u1, n), W)
     expected = np.stack([exact_minimiser_weighted_quadratic(w, Qs, A, P) for w in W])
-    np.testing.assert_allclose(out["u"], expected, rtol=1e-7, atol=1e-8)
-    np.testing.assert_allclose(out["u"][0], u1, atol=1e-10)   # w = 1 reproduces the fit
-    assert out["converged"].all()
+    np.testing.assert_allclose(np.asarray(U), expected, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(U)[0], u1, atol=1e-10)   # w = 1 reproduces the fit
+    assert diag["exact_converged"].all() and not diag["unreliable"].any()
 
 
 def test_derivatives_match_finite_differences():
@@ -113,19 +152,19 @@ def test_derivatives_match_finite_differences():
 
 def test_factor_hessian_records_jitter_for_singular_and_rejects_indefinite():
     with pytest.warns(JitterWarning, match="jitter"):
-        f = engine.factor_hessian(np.diag([1.0, 0.0]))
+        f = factor_hessian(np.diag([1.0, 0.0]))
     assert f.jitter > 0 and f.min_eig == 0.0
     with pytest.raises(NotPositiveDefiniteError, match="not positive definite"):
-        engine.factor_hessian(np.diag([1.0, -5.0]))
+        factor_hessian(np.diag([1.0, -5.0]))
     with pytest.raises(NotPositiveDefiniteError, match="NaN"):
-        engine.factor_hessian(np.array([[1.0, np.nan], [np.nan, 1.0]]))
-    ok = engine.factor_hessian(np.diag([2.0, 1.0]))
+        factor_hessian(np.array([[1.0, np.nan], [np.nan, 1.0]]))
+    ok = factor_hessian(np.diag([2.0, 1.0]))
     assert ok.jitter == 0.0 and ok.condition_number == pytest.approx(2.0)
 
 
 def test_fit_diagnostics_warns_on_inexact_fit():
     from approxcv.errors import InexactFitWarning
-    f = engine.factor_hessian(np.eye(2))
+    f = factor_hessian(np.eye(2))
     with pytest.warns(InexactFitWarning, match="gradient norm"):
         d = engine.fit_diagnostics(np.array([1.0, 0.0]), f, np.zeros(2))
     assert d["inexact_fit"] and d["grad_norm"] == pytest.approx(1.0)
@@ -142,9 +181,12 @@ def _quadratic_problem():
 
 def test_exact_checkpoint_resumes_and_rejects_other_fit(tmp_path):
     data, u1, W, raw = _quadratic_problem()
-    path = str(tmp_path / "ck.npz")
-    first = engine.exact_params(weighted_quadratic, u1, W[:3], fold_ids=[0, 1, 2], data=data,
-                                batch_size=1, checkpoint=path, progress=False)
+    path = str(tmp_path / "ck")
+    problem = raw_problem(weighted_quadratic, data, u1, W.shape[1])
+    folds = as_folds(W)
+    opts = dict(progress=False, warn=False, exact_batch_size=1, checkpoint=path)
+    exact = engine.get_method("exact")[0]
+    first, _ = exact(problem, folds[:3], engine.Options(**opts))
     calls = []
 
     class CountingExecutor:
@@ -154,19 +196,13 @@ def test_exact_checkpoint_resumes_and_rejects_other_fit(tmp_path):
             fut.set_result(fn(*args))
             return fut
 
-    both = engine.exact_params(weighted_quadratic, u1, W, fold_ids=np.arange(5), data=data,
-                               batch_size=1, checkpoint=path, progress=False,
-                               executor=CountingExecutor())
+    both, _ = exact(problem, folds, engine.Options(**opts, executor=CountingExecutor()))
     assert len(calls) == 2           # only the two folds not in the checkpoint were refitted
-    np.testing.assert_allclose(both["u"][:3], first["u"])
+    np.testing.assert_allclose(np.asarray(both)[:3], np.asarray(first))
     expected = np.stack([exact_minimiser_weighted_quadratic(w, *raw) for w in W])
-    np.testing.assert_allclose(both["u"], expected, rtol=1e-7, atol=1e-8)
-    with pytest.raises(InvalidArgumentError, match="checkpoint"):
-        engine.exact_params(weighted_quadratic, u1 + 1.0, W, data=data, checkpoint=path,
-                            progress=False)
-    with pytest.raises(InvalidArgumentError, match="checkpoint"):
-        engine.exact_params(weighted_quadratic, u1, W, data=data, checkpoint=str(tmp_path / "x"),
-                            progress=False)
+    np.testing.assert_allclose(np.asarray(both), expected, rtol=1e-7, atol=1e-8)
+    with pytest.raises(CheckpointError, match="params"):
+        exact(problem._replace(u_full=problem.u_full + 1.0), folds, engine.Options(**opts))
 
 
 @pytest.mark.parametrize("kind", ["thread", "process"])
@@ -177,7 +213,7 @@ def test_exact_refits_run_on_concurrent_futures_executors(kind):
     else:
         ex = cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     with ex:
-        out = engine.exact_params(weighted_quadratic, u1, W, data=data, batch_size=2,
-                                  executor=ex, progress=False)
+        out, _ = run("exact", raw_problem(weighted_quadratic, data, u1, W.shape[1]), W,
+                     exact_batch_size=2, executor=ex)
     expected = np.stack([exact_minimiser_weighted_quadratic(w, *raw) for w in W])
-    np.testing.assert_allclose(out["u"], expected, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-7, atol=1e-8)

@@ -173,8 +173,8 @@ def test_matrix_free_equals_dense_leave_one_sequence_out(sequences_fit, method):
 
 def test_structure_accumulation_equals_one_sweep_and_runs_on_executors(sequences_fit):
     model, seqs, params = sequences_fit
-    prepared, level, n = model.prepare(seqs, "structure")
-    obj = engine.make_objective(model, prepared, params, "A", level, n)
+    obj = acv.make_problem(model, seqs, params, level="structure")
+    n = obj.n_units
     g, h, j = engine.gradient_hessian_jacobian(obj.fun, obj.u_full, jnp.ones(n), obj.data, True)
     # batches of 3: the second is padded with a zero-weight copy; run on two threads
     with cf.ThreadPoolExecutor(2) as executor:

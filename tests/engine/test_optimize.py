@@ -4,7 +4,7 @@ import numpy as np
 import optimistix as optx
 import pytest
 
-from approxcv.engine.optimize import minimize, newton_minimize
+from approxcv.optim import minimize, newton_minimize
 
 
 def _logistic_problem(n=300, d=20, seed=0):

@@ -71,8 +71,8 @@ def test_order_zero_diag_isotropic_equals_gaussian_hmm():
     for scheme in ("A", "B"):
         np.testing.assert_allclose(float(ar.objective(p_a, xs[0], w_in, scheme)),
                                    float(gauss.objective(p_g, xs[0], w_in, scheme)), rtol=1e-12)
-    np.testing.assert_allclose(ar.heldout_loss(p_a, xs[0], w_in),
-                               gauss.heldout_loss(p_g, xs[0], w_in), rtol=1e-12)
+    np.testing.assert_allclose(ar.heldout_loss(p_a, xs[0], w_in)[1],
+                               gauss.heldout_loss(p_g, xs[0], w_in)[1], rtol=1e-12)
     # same gradient in the shared coordinates (means, log variances = 2 log sqrt-variances)
     grads = [jax.grad(lambda e: mdl.objective(mdl.params_type(*p[:2], *e), xs, w,
                                                           level="structure"))(tuple(p[2:]))
@@ -145,13 +145,13 @@ def test_neural_arhmm_shapes_gradients_and_unit_weights():
     seqs = [simulate_arhmm(T, seed=s) for s, T in enumerate([30, 25, 35])]
     model = acv.models.NeuralARHMM(2, order=2, hidden=3)
     prepared, level, n = model.prepare(seqs)
-    start = model.initial_params(prepared, 1, 0)[0]
+    start = model.init_params(prepared, level, 1, 0)[0]
     assert start.hidden_weights.shape == (2, 3, 4) and start.output_weights.shape == (2, 2, 3)
     assert not np.allclose(start.hidden_weights[0], start.hidden_weights[1])
-    assert model.initial_params(prepared, 1, 0)[0].hidden_weights.tolist() == \
+    assert model.init_params(prepared, level, 1, 0)[0].hidden_weights.tolist() == \
         start.hidden_weights.tolist()                           # deterministic from the seed
     params = start
-    obj = engine.make_objective(model, prepared, params, "A", level, n)
+    obj = acv.make_problem(model, prepared, params, level=level)
     # D = (K-1) + K(K-1) + K (H (R p + 1) + R (H + 1)) + K R (R + 1) / 2
     assert obj.u_full.shape == (1 + 2 + 2 * (3 * 5 + 2 * 4) + 2 * 3,)
     g = engine.gradient(obj.fun, obj.u_full, jnp.ones(n), prepared)

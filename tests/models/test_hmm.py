@@ -1,5 +1,6 @@
 """Every HMM through fit -> IJ -> NS -> exact on tiny problems, against exact computation."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -7,6 +8,8 @@ from scipy import stats
 
 import approxcv as acv
 from approxcv import engine
+from approxcv.engine.methods.ns import newton_step
+from approxcv.optim import batched_minimize
 from approxcv.errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
 from approxcv.inference import chain
 from tests.conftest import simulate_gaussian_hmm, simulate_poisson_hmm
@@ -30,20 +33,26 @@ def fitted(request):
     return model, x, model.fit(x)
 
 
+def refit(obj, W):
+    """Exact minimisers of ``obj.fun`` at the weight rows ``W`` (fractional allowed)."""
+    solve = batched_minimize(obj.fun, obj.scale, 1000, 2)
+    res = solve(jnp.tile(obj.u_full, (len(W), 1)), jnp.asarray(W), obj.data)
+    assert np.asarray(res.converged).all()
+    return np.asarray(res.u)
+
+
 def test_fit_is_stationary_and_w1_refit_reproduces_it(fitted):
     model, x, params = fitted
-    seqs, level, n = model.prepare(x)
-    obj = engine.make_objective(model, seqs, params, "A", level, n, model.objective_scale(seqs))
-    g = engine.gradient(obj.fun, obj.u_full, jnp.ones(n), seqs)
+    obj = acv.make_problem(model, x, params)
+    n = obj.n_units
+    g = engine.gradient(obj.fun, obj.u_full, jnp.ones(n), obj.data)
     assert float(jnp.linalg.norm(g)) < 1e-5 * n
-    out = engine.exact_params(obj.fun, obj.u_full, np.ones((1, n)), data=seqs, progress=False,
-                              scale=obj.scale)
-    np.testing.assert_allclose(out["u"][0], np.asarray(obj.u_full), atol=1e-6)
+    np.testing.assert_allclose(refit(obj, np.ones((1, n)))[0], np.asarray(obj.u_full),
+                               atol=1e-6)
 
 
-def full_u(model, x, params, level="within"):
-    seqs, level, n = model.prepare(x, level)
-    return np.asarray(engine.make_objective(model, seqs, params, "A", level, n).u_full)
+def full_u(model, x, params, level=None):
+    return np.asarray(acv.make_problem(model, x, params, level=level).u_full)
 
 
 def test_ij_ns_exact_agree_on_small_folds(fitted):
@@ -73,20 +82,19 @@ def test_ij_ns_exact_agree_to_first_order_as_the_fold_weight_shrinks(scheme):
     model = acv.models.PoissonHMM(2, n_init=2)
     x = simulate_poisson_hmm(150, seed=7)
     params = model.fit(x)
-    seqs, level, n = model.prepare(x)
-    obj = engine.make_objective(model, seqs, params, scheme, level, n, model.objective_scale(seqs))
+    obj = acv.make_problem(model, x, params, scheme=scheme)
+    n, seqs = obj.n_units, obj.data
     mask = acv.folds.Folds([np.arange(20, 24), np.array([60]), np.arange(100, 116)], n).weights()
     g, H, J = engine.gradient_hessian_jacobian(obj.fun, obj.u_full, jnp.ones(n), seqs, True)
-    factor = engine.factor_hessian(H)
     ratios = {"ij": [], "ns": []}
     eps_grid = (0.4, 0.1, 0.025)
     for eps in eps_grid:
         W = 1.0 - eps * (1.0 - mask)
-        exact = engine.exact_params(obj.fun, obj.u_full, W, data=seqs, progress=False,
-                                    scale=obj.scale)["u"]
+        exact = refit(obj, W)
         shift = np.linalg.norm(exact - np.asarray(obj.u_full), axis=1)
-        approx = {"ij": engine.ij_params(factor, J, obj.u_full, jnp.asarray(W)),
-                  "ns": engine.newton_params(obj.fun, obj.u_full, jnp.asarray(W), seqs, 4)[0]}
+        ij = np.asarray(obj.u_full) - np.linalg.solve(np.asarray(H), np.asarray(J) @ (W - 1).T).T
+        ns = jax.vmap(lambda w: newton_step(obj.fun, obj.u_full, w, seqs)[0])(jnp.asarray(W))
+        approx = {"ij": ij, "ns": ns}
         for m in ratios:
             ratios[m].append(float(np.max(np.linalg.norm(np.asarray(approx[m]) - exact, axis=1)
                                           / shift)))

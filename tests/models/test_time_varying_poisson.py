@@ -10,6 +10,7 @@ from scipy import stats
 
 import approxcv as acv
 from approxcv import engine
+from approxcv.optim import batched_newton_minimize
 from approxcv.errors import InvalidDataError
 from approxcv.models.time_varying_poisson import (
     TimeVaryingPoisson,
@@ -106,8 +107,8 @@ def test_bad_counts_raise(bad, match):
 
 def test_fit_is_stationary_and_w1_reproduces_the_objective(fitted):
     model, x, params = fitted
-    seqs, level, n = model.prepare(x)
-    obj = engine.make_objective(model, seqs, params, "A", level, n, model.objective_scale(seqs))
+    obj = acv.make_problem(model, x, params)
+    seqs, n = obj.data, obj.n_units
     ones = jnp.ones(n)
     assert float(jnp.linalg.norm(engine.gradient(obj.fun, obj.u_full, ones, seqs))) < 1e-6
     full = float(model.objective(params, x, np.ones(n)))
@@ -117,9 +118,9 @@ def test_fit_is_stationary_and_w1_reproduces_the_objective(fitted):
     assert np.isclose(full, -float(ll) - float(model.log_prior(params)), rtol=1e-12)
     assert np.isclose(full, float(model.objective(params, x, np.ones(n), scheme="B")),
                       rtol=1e-12)
-    out = engine.exact_params(obj.fun, obj.u_full, np.ones((2, n)), data=seqs, progress=False,
-                              scale=obj.scale, solver="newton", batch_size=2)
-    np.testing.assert_allclose(out["u"][0], np.asarray(obj.u_full), atol=1e-8)
+    out = batched_newton_minimize(obj.fun, obj.scale, 50)(
+        jnp.tile(obj.u_full, (2, 1)), jnp.ones((2, n)), seqs)
+    np.testing.assert_allclose(np.asarray(out.u)[0], np.asarray(obj.u_full), atol=1e-8)
 
 
 def test_ij_tracks_exact_refits(fitted):
@@ -138,18 +139,17 @@ def test_ij_error_is_second_order_in_the_fold_weight(fitted):
     """Down-weighting a fold by eps: the IJ error against the exact reweighted refit is
     O(eps^2), so its ratio to the parameter change shrinks with eps."""
     model, x, params = fitted
-    seqs, level, n = model.prepare(x)
-    obj = engine.make_objective(model, seqs, params, "A", level, n, model.objective_scale(seqs))
+    obj = acv.make_problem(model, x, params)
+    seqs, n = obj.data, obj.n_units
     _, H, J = engine.gradient_hessian_jacobian(obj.fun, obj.u_full, jnp.ones(n), seqs, True)
-    factor = engine.factor_hessian(H)
+    refit = batched_newton_minimize(obj.fun, obj.scale, 50)
     drop = np.zeros(n)
     drop[[30, 31, 32, 100, 170]] = 1.0
     ratios = []
     for eps in (0.2, 0.05):
         w = 1.0 - eps * drop
-        u_ij = engine.ij_params(factor, J, obj.u_full, w[None])[0]
-        u_ex = engine.exact_params(obj.fun, obj.u_full, w[None], data=seqs, progress=False,
-                                   scale=obj.scale, solver="newton", batch_size=2)["u"][0]
+        u_ij = np.asarray(obj.u_full) - np.linalg.solve(np.asarray(H), np.asarray(J) @ (w - 1))
+        u_ex = np.asarray(refit(obj.u_full[None], jnp.asarray(w)[None], seqs).u)[0]
         ratios.append(np.linalg.norm(u_ij - u_ex) / np.linalg.norm(u_ex - obj.u_full))
     assert ratios[1] < 0.5 * ratios[0], ratios
 
@@ -162,7 +162,7 @@ def test_schemes_agree_on_leave_future_out(fitted):
     w = acv.folds.leave_future_out(n, [200]).weights()[0]
     grads = {}
     for scheme in ("A", "B"):
-        obj = engine.make_objective(model, seqs, params, scheme, level, n)
+        obj = acv.make_problem(model, seqs, params, scheme=scheme, level=level)
         u = obj.u_full + 0.01
         grads[scheme] = (float(obj.fun(u, jnp.asarray(w), seqs)),
                          np.asarray(engine.gradient(obj.fun, u, jnp.asarray(w), seqs)))
@@ -179,5 +179,5 @@ def test_params_and_rates_are_normalised(fitted):
     assert np.isclose(rates[SLOTS + 3], params.base_rate * params.day_effect[1]
                       * params.slot_profile[3])
     flat = TimeVaryingPoisson(slots_per_day=SLOTS, days_per_week=1, time_of_day=False)
-    p = flat.initial_params(flat.prepare(x)[0], 1, 0)[0]
+    p = flat.init_params(x, None, 1, 0)[0]
     assert p.slot_profile.shape == (1,) and p.day_effect.shape == (1,)

@@ -1,0 +1,67 @@
+"""JAX's persistent compilation cache under the user's cache directory.
+
+Besides 64-bit floats this is the one global JAX setting approxcv changes (DESIGN.md). A
+fresh Python process otherwise recompiles every jitted program — the fit's optimiser loop,
+the IJ's derivative sweep, the held-out kernel — which takes seconds, far longer than
+running them. With the cache, compiled programs are written to
+``<user cache dir>/approxcv/jax`` (``$XDG_CACHE_HOME`` if set, else ``~/.cache`` on
+Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows) and a later process loads
+them instead of compiling. Every program is cached, however quick to compile.
+
+* ``APPROXCV_NO_COMPILATION_CACHE=1`` (set before ``import approxcv``) turns it off.
+* A cache directory you configured for JAX yourself (``JAX_COMPILATION_CACHE_DIR`` or
+  ``jax.config.update("jax_compilation_cache_dir", ...)`` before importing approxcv) is
+  used as it is, with your settings.
+* The cache only grows; delete the directory to reclaim the space (entries are
+  recompiled on demand).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+#: environment variable that turns the cache off (any value but "", "0", "false", "no")
+DISABLE_ENV = "APPROXCV_NO_COMPILATION_CACHE"
+
+
+def user_cache_dir() -> Path:
+    """The per-user cache directory: ``$XDG_CACHE_HOME`` when set, else the platform's
+    (platformdirs' convention)."""
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"])
+    if sys.platform == "win32":
+        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches"
+    return Path.home() / ".cache"
+
+
+def cache_dir() -> Path:
+    """Where approxcv keeps compiled programs: ``<user cache dir>/approxcv/jax``."""
+    return user_cache_dir() / "approxcv" / "jax"
+
+
+def disabled() -> bool:
+    """Whether :data:`DISABLE_ENV` turns the cache off."""
+    return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def enable(config) -> str | None:
+    """Point JAX's persistent compilation cache at :func:`cache_dir` (``config`` is
+    ``jax.config``); returns the directory in use, or ``None`` when the cache is off
+    (:data:`DISABLE_ENV`, or the directory cannot be created). A directory already
+    configured for JAX is kept, with its settings."""
+    if disabled():
+        return None
+    if config.jax_compilation_cache_dir:
+        return config.jax_compilation_cache_dir
+    path = cache_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    config.update("jax_compilation_cache_dir", str(path))
+    config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return str(path)

@@ -1,0 +1,104 @@
+"""Cross-validation methods, one module each, registered by name.
+
+Every method is a function ``method(problem, folds, options) -> (fold_params, diagnostics)``:
+
+* ``problem``: the :class:`~approxcv.problem.Problem` (objective and held-out functions of a
+  flat unconstrained vector, data, the fitted vector);
+* ``folds``: :class:`~approxcv.folds.Folds` (index arrays; weights are built per batch);
+* ``options``: :class:`Options`;
+* ``fold_params``: ``(n_folds, D)`` unconstrained per-fold parameters;
+* ``diagnostics``: a dict; ``diagnostics["unreliable"]`` (``(n_folds,)`` bool), when
+  present, marks folds the method cannot vouch for (listed in
+  ``CVResult.diagnostics["unreliable_folds"]`` and never passed off as estimates).
+
+The held-out evaluation is the engine's (:func:`approxcv.engine.batching.heldout_losses`),
+not the method's. Register your own with :func:`register_method`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ...errors import ArgumentTypeError, InvalidArgumentError
+from ...optim.pd import MAX_DENSE_DIM
+
+__all__ = ["Options", "register_method", "get_method", "available_methods"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """Settings of a cross-validation run (the keyword arguments of ``cross_validate``).
+
+    solver: ``"auto"`` | ``"dense"`` | ``"cg"`` (how ``H`` is used by ``ij``/``ns``);
+    max_dense_dim: largest ``D`` for which ``"auto"`` forms dense Hessians;
+    cg_rtol, cg_max_steps: conjugate-gradient tolerance and step limit;
+    batch_size: folds per vectorised batch (``None``: by memory);
+    exact_batch_size: folds refitted together by one ``vmap``;
+    exact_solver: refit optimiser (``None``: the model's preference, else by size);
+    restarts: extra exact refits per fold from the model's own starts (``None``: by size);
+    level: ``"within"`` | ``"structure"``; structure_batch_size: structures per derivative
+    batch at the structure level; executor, checkpoint, progress, warn: see
+    ``cross_validate``; extra: method-specific settings of user methods.
+    """
+    solver: str = "auto"
+    max_dense_dim: int = MAX_DENSE_DIM
+    cg_rtol: float = 1e-5
+    cg_max_steps: int = 1000
+    batch_size: int | None = None
+    exact_batch_size: int = 8
+    exact_solver: str | None = None
+    restarts: int | None = None
+    level: str = "within"
+    structure_batch_size: int = 8
+    executor: Any = None
+    checkpoint: Any = None
+    progress: bool = True
+    warn: bool = True
+    extra: Any = None
+
+    def dense(self, dim: int) -> bool:
+        """Whether ``ij``/``ns`` form dense Hessians for ``dim`` parameters."""
+        return self.solver == "dense" or (self.solver == "auto" and dim <= self.max_dense_dim)
+
+
+_METHODS: dict[str, tuple[Callable, bool, bool]] = {}
+
+
+def register_method(name: str, fn: Callable | None = None, *, local: bool = True,
+                    refits: bool = False):
+    """Register ``fn(problem, folds, options) -> (fold_params, diagnostics)`` under ``name``.
+
+    Args:
+        local: the method differentiates ``F`` at the fit, so a non-smooth model's smooth
+            local surrogate (``model.local_model``) is used.
+        refits: the method refits folds: it takes restarts from the model's own starts
+            (``problem.starts``) and checkpoints (``options.checkpoint``); other methods
+            refuse ``checkpoint=`` rather than ignore it.
+
+    Usable as a decorator: ``@register_method("mine")``.
+    """
+    if not isinstance(name, str) or not name:
+        raise ArgumentTypeError(f"`name` must be a non-empty string, got {name!r}")
+
+    def add(f):
+        if not callable(f):
+            raise ArgumentTypeError(f"a method must be callable, got {type(f).__name__}")
+        _METHODS[name] = (f, bool(local), bool(refits))
+        return f
+    return add if fn is None else add(fn)
+
+
+def get_method(name: str) -> tuple[Callable, bool, bool]:
+    """``(fn, local, refits)`` of the method registered as ``name``."""
+    if name not in _METHODS:
+        raise InvalidArgumentError(
+            f"`method` must be one of {sorted(_METHODS)}, got {name!r} "
+            "(register your own with approxcv.engine.methods.register_method)")
+    return _METHODS[name]
+
+
+def available_methods() -> list[str]:
+    return sorted(_METHODS)
+
+
+from . import exact, ij, ns  # noqa: E402,F401  (register the built-in methods)

@@ -1,0 +1,82 @@
+"""``"ij"``: the infinitesimal jackknife, one factorisation of ``H`` for every fold.
+
+``u_IJ(w_o) = u_1 - H^{-1} J (w_o - 1) = u_1 + H^{-1} sum_{t in o} J[:, t]``, with ``H`` and
+``J = d2F/(du dw)`` at ``(u_1, w = 1)``. Dense: ``H`` Cholesky-factored once (the recorded
+jitter policy of :mod:`approxcv.optim.pd`); matrix-free (``D > max_dense_dim`` or
+``solver="cg"``): block conjugate gradients on Hessian-vector products, nothing of size
+``D x D`` or ``D x n`` formed. The IJ cannot vouch for a fold when ``H`` needed more than a
+negligible jitter (every fold) or its CG system did not converge (that fold).
+"""
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...optim.pd import factor_hessian, solve
+from ..batching import map_batches
+from ..derivatives import full_derivatives
+from ..aloo import glm_jacobian
+from ..diagnostics import cg_diagnostics, fit_diagnostics
+from ..fold_checks import with_fold_check
+from ..matrix_free import ij_params_cg
+from . import register_method
+
+#: CG tolerance of the full-data Newton system ``H s = g`` solved alongside the IJ folds'
+#: systems: ``s`` only feeds the ``newton_step_norm`` diagnostic, and at an unconverged fit
+#: ``g`` lies along low-curvature directions where CG is slowest, so it must not set the
+#: step count of the whole block at the folds' (tighter) tolerance.
+NEWTON_DIAGNOSTIC_RTOL = 1e-3
+
+
+@partial(jax.jit, static_argnums=(3,))
+def ij_params(chol, jac, u_full, batch_size, index):
+    """IJ parameters ``(n_folds, D)`` from the Cholesky factor of ``H`` and ``J (D, n)``.
+
+    The fold directions ``sum_{t in o} J[:, t]`` are gathered from the padded ``index``
+    (``(n_folds, m)``, padding ``n`` reads zeros) in batches, then one batched solve.
+    """
+    def direction(idx):
+        return jnp.sum(jac.at[:, idx].get(mode="fill", fill_value=0.0), axis=1)
+    rhs = map_batches(direction, index, batch_size)
+    return u_full[None, :] + jax.scipy.linalg.cho_solve((chol, True), rhs.T).T
+
+
+def ij(problem, folds, options):
+    """IJ parameters of every fold and the fit diagnostics (see the module docstring)."""
+    index = jnp.asarray(folds.padded())
+    dim = int(problem.u_full.shape[0])
+    t = time.perf_counter()
+    if options.dense(dim):
+        glm = problem.glm is not None       # ERM: J = A^T diag(loss') in closed form
+        grad, hess, jac = full_derivatives(problem, options, with_jacobian=not glm)
+        jac = glm_jacobian(problem) if glm else jac
+        factor = factor_hessian(hess, warn=options.warn)
+        diagnostics = fit_diagnostics(grad, factor, problem.u_full, warn=options.warn)
+        t_solve = time.perf_counter()
+        batch = int(max(1, min(len(folds), 2 ** 22 // max(dim * index.shape[1], 1))))
+        params = jax.block_until_ready(ij_params(factor.chol, jnp.asarray(jac),
+                                                 problem.u_full, batch, index))
+        diagnostics["unreliable"] = np.full(len(folds), not factor.reliable)
+        diagnostics["stage_seconds"] = {"derivatives": t_solve - t,
+                                        "solve": time.perf_counter() - t_solve}
+        return params, diagnostics
+    newton_rtol = max(options.cg_rtol, NEWTON_DIAGNOSTIC_RTOL)
+    hvp_batch = int(max(1, 2_000_000 // max(problem.n_units, 1)))
+    params, grad, step, cg = jax.block_until_ready(ij_params_cg(
+        problem.fun, problem.u_full, index, problem.data, problem.n_units, options.cg_rtol,
+        options.cg_max_steps, min(options.batch_size or 64, hvp_batch), hvp_batch, True,
+        newton_rtol))
+    diagnostics = cg_diagnostics(grad, step, cg, problem.u_full, options.cg_rtol,
+                                 options.cg_max_steps, warn=options.warn)
+    diagnostics["cg_newton_rtol"] = newton_rtol
+    diagnostics["unreliable"] = ~np.asarray(cg.converged)[:-1]
+    diagnostics["stage_seconds"] = {"derivatives": time.perf_counter() - t, "solve": 0.0}
+    return params, diagnostics
+
+
+register_method("ij", with_fold_check(ij))
+__all__ = ["ij", "ij_params", "solve"]

@@ -1,0 +1,196 @@
+"""The model protocol: what a model must say so that approxcv can cross-validate it.
+
+A model is immutable hyperparameters plus pure functions of ``(params, data, weights)``:
+
+* ``prepare(data, level) -> (prepared, level, n_units)``: validate the user's data once and
+  return a pytree of arrays (``level`` is ``"within"``: units are points of one structure,
+  or ``"structure"``: units are whole structures);
+* ``objective(params, data, weights, scheme, level)``: the weighted objective
+  ``F(theta, w)``, e.g. a weighted negative log joint plus the negative log prior;
+* ``heldout_loss(params, data, weights, level) -> (fold_loss, point_losses (n,))``: for the
+  units with weight 0 (:func:`left_out`), ``-log p(x_o | x_kept)`` jointly and
+  ``-log p(x_t | x_kept)`` per unit, in the full model; 0 at every kept unit, so a fold that
+  leaves nothing out has fold loss 0 and no point losses;
+* ``init_params(data, level, n, seed) -> list``: ``n`` starting parameter sets;
+* ``param_constraints()``: a tree beside the parameters whose leaves are
+  :class:`~approxcv.models.constraints.Constraint` bijectors (``constrain``/``unconstrain``
+  and the validation of user parameters derive from it);
+* ``fit(data, level=None)``: the full-data fit.
+
+Optional capabilities are *declared* here with their defaults, never sniffed:
+``objective_scale(data)`` (normaliser of optimiser tolerances, default ``n_units``),
+``local_model(params, data)`` (a smooth surrogate for non-smooth objectives, default
+``None``), ``refit_solver`` (the exact-CV optimiser a model prefers, default ``None``: by
+size), ``refit_restarts`` (default number of extra exact-CV starts, ``None``: by size)
+and, for ERM, ``glm_structure``, ``batched_refit`` and ``fold_check`` (below).
+
+Hyperparameters are hashable by construction: :meth:`Model.static_key` is the tuple of
+public attributes (a model with an unhashable hyperparameter — a graph, a kernel — must
+override it), and models compare and hash by it, so compiled functions are cached per
+model configuration.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import constraints as C
+
+__all__ = ["Model", "left_out", "check_model"]
+
+#: what ``cross_validate`` needs of a model (duck-typed: subclassing :class:`Model` is the
+#: easy way to have them all)
+PROTOCOL = ("prepare", "objective", "heldout_loss", "init_params", "param_constraints", "fit",
+            "check_params", "local_model", "objective_scale")
+
+
+def check_model(model) -> None:
+    """Raise :class:`~approxcv.errors.ArgumentTypeError` naming what ``model`` lacks."""
+    missing = [a for a in PROTOCOL if not callable(getattr(model, a, None))]
+    if missing:
+        from ..errors import ArgumentTypeError
+        raise ArgumentTypeError(f"`model` must implement the model protocol "
+                                f"(approxcv.models.base.Model); {type(model).__name__} lacks "
+                                f"{missing}")
+
+
+def left_out(weights):
+    """``True`` where a unit is left out: its weight is exactly 0 (the one definition)."""
+    return weights == 0
+
+
+class Model:
+    """Base class of approxcv models (see the module docstring for the protocol)."""
+
+    #: exact-CV refit optimiser this model prefers (``"bfgs"``, ``"newton"``, ``"lbfgs"``)
+    refit_solver: str | None = None
+    #: default number of exact-CV refits from the model's own starts besides the warm start
+    refit_restarts: int | None = None
+
+    # ----------------------------------------------------------- identity
+    def static_key(self) -> tuple:
+        """Hashable snapshot of the hyperparameters: public attributes not ending in ``_``.
+
+        Raises:
+            TypeError: an attribute is unhashable (override ``static_key`` for it).
+        """
+        items = tuple(sorted((k, v) for k, v in vars(self).items()
+                             if not k.endswith("_") and not k.startswith("_")))
+        for k, v in items:
+            try:
+                hash(v)
+            except TypeError as exc:
+                raise TypeError(
+                    f"{type(self).__name__}.{k} is unhashable ({type(v).__name__}); "
+                    "override static_key() to give a hashable summary of it") from exc
+        return items
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.static_key() == other.static_key()
+
+    def __hash__(self):
+        return hash((type(self), self.static_key()))
+
+    # ------------------------------------------------------------ protocol
+    def prepare(self, data, level: str | None = None):
+        raise NotImplementedError
+
+    def objective(self, params, data, weights, scheme: str = "A", level: str | None = None):
+        raise NotImplementedError
+
+    def heldout_loss(self, params, data, weights, level: str | None = None):
+        raise NotImplementedError
+
+    def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
+        raise NotImplementedError
+
+    def param_constraints(self):
+        raise NotImplementedError
+
+    def fit(self, data, level: str | None = None):
+        raise NotImplementedError
+
+    # -------------------------------------------------------- capabilities
+    def objective_scale(self, data) -> float | None:
+        """Normaliser of ``F`` for optimiser tolerances (``None``: the number of units)."""
+        return None
+
+    def local_model(self, params, data):
+        """``(model, params, data)`` of a smooth local surrogate, or ``None`` (smooth)."""
+        return None
+
+    # ERM capabilities (approxcv.models.erm): GLM structure, a non-smooth refit solver and
+    # a per-fold check of the approximation's assumptions (the elastic net's L1 support)
+    def glm_structure(self, data):
+        """``(design A (n, D), y (n,), loss)`` when ``F(u, w) = sum_i w_i loss(a_i^T u, y_i)
+        + R(u)`` in the flat unconstrained layout (``loss`` pure and elementwise: the ERM
+        fast paths of ``ns``/``ij``), else ``None``."""
+        return None
+
+    def batched_refit(self):
+        """Exact-CV solver made for this model's objective (e.g. proximal for a non-smooth
+        one), ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult``, or ``None``."""
+        return None
+
+    def fold_check(self, params, data, fold_params, index, warn: bool = True) -> dict:
+        """``{name: (n_folds,) bool}`` folds whose parameters ``fold_params (n_folds, D)``
+        (folds: padded ``index``) break an assumption of the approximation (e.g. the L1
+        support changes); reported in the diagnostics of every method."""
+        return {}
+
+    # ------------------------------------------------ derived from the above
+    def unconstrain(self, params):
+        """Constrained parameters -> the unconstrained tree used for ``H`` and ``J``."""
+        return C.unconstrain(self.param_constraints(), params)
+
+    def constrain(self, u_tree):
+        """Unconstrained tree -> constrained parameters."""
+        return C.constrain(self.param_constraints(), u_tree)
+
+    def params_template(self, data, level: str | None = None):
+        """Parameters with the structure and shapes this model has on ``data``."""
+        return self.init_params(data, level, 1, 0)[0]
+
+    def check_params(self, params, data, level: str | None = None, name: str = "params"):
+        """Validate ``params`` against this model on ``data``: type, shapes, constraints.
+
+        Returns:
+            ``params`` with float64 NumPy leaves.
+
+        Raises:
+            ArgumentTypeError: another parameter type.
+            InvalidArgumentError: wrong shapes (e.g. another number of states) or values
+                outside the domain (a probability that does not sum to one, a NaN).
+        """
+        from ..errors import ArgumentTypeError, InvalidArgumentError
+        template = self.params_template(data, level)
+        if type(params) is not type(template):
+            raise ArgumentTypeError(
+                f"`{name}` must be {type(template).__name__} for {self!r}, "
+                f"got {type(params).__name__}")
+        leaves, treedef = jax.tree_util.tree_flatten(params)
+        t_leaves, t_treedef = jax.tree_util.tree_flatten(template)
+        if treedef != t_treedef:
+            raise InvalidArgumentError(f"`{name}` has structure {treedef}, but {self!r} needs "
+                                       f"{t_treedef}")
+        fields = getattr(type(params), "_fields", None) or range(len(leaves))
+        for f, p, t in zip(fields, leaves, t_leaves):
+            if np.shape(p) != np.shape(t):
+                raise InvalidArgumentError(
+                    f"`{name}.{f}` has shape {np.shape(p)} but {self!r} on these data needs "
+                    f"{np.shape(t)}; were the parameters fitted with another model?")
+        params = jax.tree_util.tree_map(lambda p: np.asarray(p, dtype=np.float64), params)
+        problems = C.check_constraints(self.param_constraints(), params, name)
+        if problems:
+            raise InvalidArgumentError("; ".join(problems))
+        return params
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.static_key())
+        return f"{type(self).__name__}({args})"
+
+
+def as_float_tree(params):
+    """``params`` with float64 JAX leaves (same structure)."""
+    return type(params)(*[jnp.asarray(p, dtype=jnp.float64) for p in params])

@@ -1,0 +1,158 @@
+"""Parameter constraints as bijectors to unconstrained space (dynamax's ``ParameterProperties``).
+
+A model declares, beside its parameter NamedTuple, a tree of the same structure whose leaves
+are constraints (:meth:`approxcv.models.base.Model.param_constraints`). Fitting and every
+derivative (``H``, ``J``) happen on ``u = inverse(theta)`` flattened by ``ravel``, so the IJ
+never steps off a simplex or below zero. Each constraint also validates a user-supplied
+value (``check``), which is how parameters from another model are refused.
+
+Simplex vectors use ``K - 1`` free logits with the last fixed at 0, so the map is a
+bijection and the Hessian in unconstrained space is not singular by construction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._transforms import logits_to_log_simplex, simplex_to_logits
+
+__all__ = ["Constraint", "Real", "Positive", "Simplex", "LowerCholesky", "constrain",
+           "unconstrain", "check_constraints"]
+
+
+class Constraint:
+    """Bijection ``forward: R^k -> domain`` with its ``inverse`` and a ``check`` of values."""
+
+    def forward(self, u):
+        raise NotImplementedError
+
+    def inverse(self, value):
+        raise NotImplementedError
+
+    def check(self, value: np.ndarray) -> str | None:
+        """``None`` when ``value`` lies in the domain, else what is wrong (a phrase)."""
+        return None if np.all(np.isfinite(value)) else "has NaN or inf entries"
+
+
+@dataclass(frozen=True)
+class Real(Constraint):
+    """The identity (unconstrained reals)."""
+
+    def forward(self, u):
+        return u
+
+    def inverse(self, value):
+        return value
+
+
+@dataclass(frozen=True)
+class Positive(Constraint):
+    """``theta = exp(u)``."""
+
+    def forward(self, u):
+        return jnp.exp(u)
+
+    def inverse(self, value):
+        return jnp.log(value)
+
+    def check(self, value):
+        return super().check(value) or (None if np.all(value > 0) else "must be > 0")
+
+
+@dataclass(frozen=True)
+class Simplex(Constraint):
+    """``theta = total * softmax([u, 0])`` along the last axis: ``(..., K-1) -> (..., K)``.
+
+    ``total`` (default 1) scales the simplex, e.g. day effects that average to 1 over a week.
+    """
+    total: float = 1.0
+
+    def forward(self, u):
+        return self.total * jnp.exp(logits_to_log_simplex(u))
+
+    def inverse(self, value):
+        return simplex_to_logits(value / self.total)
+
+    def check(self, value):
+        bad = super().check(value)
+        if bad:
+            return bad
+        if np.any(value <= 0):
+            return "must be > 0 (a point inside the simplex)"
+        if not np.allclose(np.sum(value, axis=-1), self.total, rtol=1e-6, atol=0):
+            return f"must sum to {self.total:g} along its last axis"
+        return None
+
+
+@dataclass(frozen=True)
+class LowerCholesky(Constraint):
+    """Lower-triangular factors with positive diagonal, ``(..., R, R)``.
+
+    Unconstrained: ``(..., R(R+1)/2)`` packed entries with the diagonal on the log scale;
+    ``diagonal=True`` keeps only the ``(..., R)`` log-diagonal (diagonal factors).
+    """
+    diagonal: bool = False
+
+    def forward(self, u):
+        if self.diagonal:
+            return jax.vmap(jnp.diag)(jnp.exp(u.reshape(-1, u.shape[-1]))).reshape(
+                u.shape + (u.shape[-1],))
+        r = int(round((np.sqrt(8 * u.shape[-1] + 1) - 1) / 2))
+        rows, cols = np.tril_indices(r)
+        vals = jnp.where(jnp.asarray(rows == cols), jnp.exp(u), u)
+        return jnp.zeros(u.shape[:-1] + (r, r), u.dtype).at[..., rows, cols].set(vals)
+
+    def inverse(self, value):
+        if self.diagonal:
+            return jnp.log(jnp.diagonal(value, axis1=-2, axis2=-1))
+        rows, cols = np.tril_indices(value.shape[-1])
+        vals = value[..., rows, cols]
+        return jnp.where(jnp.asarray(rows == cols), jnp.log(jnp.abs(vals)), vals)
+
+    def check(self, value):
+        bad = super().check(value)
+        if bad:
+            return bad
+        if value.ndim < 2 or value.shape[-1] != value.shape[-2]:
+            return "must be square matrices"
+        if not np.allclose(value, np.tril(value), rtol=0, atol=0):
+            return "must be lower triangular"
+        if np.any(np.diagonal(value, axis1=-2, axis2=-1) <= 0):
+            return "must have a positive diagonal"
+        if self.diagonal and not np.allclose(value, np.tril(np.triu(value)), atol=0):
+            return "must be diagonal"
+        return None
+
+
+def _is_constraint(x) -> bool:
+    return isinstance(x, Constraint)
+
+
+def unconstrain(constraints, params):
+    """Map constrained ``params`` to the unconstrained tree (float64 leaves)."""
+    return jax.tree_util.tree_map(
+        lambda c, p: c.inverse(jnp.asarray(p, dtype=jnp.float64)), constraints, params,
+        is_leaf=_is_constraint)
+
+
+def constrain(constraints, u_tree):
+    """Map an unconstrained tree back to constrained parameters."""
+    return jax.tree_util.tree_map(lambda c, u: c.forward(u), constraints, u_tree,
+                                  is_leaf=_is_constraint)
+
+
+def check_constraints(constraints, params, name: str = "params") -> list[str]:
+    """Messages for every leaf of ``params`` outside its constraint's domain (empty if none)."""
+    fields = getattr(type(params), "_fields", None)
+    problems = []
+    leaves_c = jax.tree_util.tree_leaves(constraints, is_leaf=_is_constraint)
+    leaves_p = jax.tree_util.tree_leaves(params)
+    for i, (c, p) in enumerate(zip(leaves_c, leaves_p)):
+        msg = c.check(np.asarray(p, dtype=np.float64))
+        if msg:
+            label = fields[i] if fields and len(fields) == len(leaves_p) else f"leaf {i}"
+            problems.append(f"`{name}.{label}` {msg}")
+    return problems

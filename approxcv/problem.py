@@ -1,0 +1,151 @@
+"""The one boundary between models and the engine.
+
+:func:`make_problem` is the only place that touches a model during cross-validation: it
+validates the data and the parameters against the model and turns the model's
+``objective`` and ``heldout_loss`` on constrained parameter trees into functions of a flat
+unconstrained vector ``u`` (``ravel`` of the unconstrained tree, dynamax style), so H and J
+are taken in unconstrained space and the IJ never leaves a simplex. The engine sees only the
+resulting :class:`Problem` and arrays.
+
+The data are an explicit argument, ``fun(u, w, data)``, and the functions are built once per
+(model configuration, scheme, level, parameter layout): jitted engine kernels that take them
+as static arguments are compiled once per session, not once per call.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .errors import InvalidDataError
+
+__all__ = ["Problem", "GLMStructure", "make_problem", "flat_params"]
+
+
+class Problem(NamedTuple):
+    """Everything the engine needs about one model on one data set.
+
+    fun(u, w, data) -> scalar ``F``; heldout(u, w, data) -> ``(fold_loss, point_losses (n,))``;
+    data: the prepared data pytree; u_full: ``(D,)`` unconstrained full-data parameters;
+    unravel(u) -> constrained parameter pytree; n_units: ``n``; scale: positive normaliser
+    of ``F`` for optimiser tolerances; starts: ``(R, D)`` unconstrained starting points from
+    the model's own initialisation (for exact-CV restarts), possibly empty; key: a hashable
+    description of the model configuration, scheme and level (for checkpoints); refit_solver:
+    the model's preferred exact-CV optimiser or ``None``.
+
+    ERM extras (model-declared capabilities turned into plain fields; ``None`` otherwise):
+    glm: :class:`GLMStructure` (``F = sum_i w_i loss(a_i^T u, y_i) + R(u)``: rank-one
+    fast paths of ``ns`` and ``ij``); refit: the model's own exact-CV solver
+    ``solve(u0s, weights, data) -> MinimizeResult`` (e.g. proximal for a non-smooth
+    objective); fold_check(fold_params (n_folds, D), index (n_folds, m), warn) ->
+    ``{name: (n_folds,) bool}``: folds that break an assumption of the approximation
+    (the elastic net's L1 support), in the full model's layout.
+    """
+    fun: Callable
+    heldout: Callable
+    data: Any
+    u_full: jax.Array
+    unravel: Callable
+    n_units: int
+    scale: float
+    starts: Any = None
+    key: Any = None
+    refit_solver: str | None = None
+    glm: Any = None
+    refit: Callable | None = None
+    fold_check: Callable | None = None
+
+
+class GLMStructure(NamedTuple):
+    """design ``A (n, D)`` in the flat layout, responses ``y (n,)`` and the pure elementwise
+    ``loss(eta, y)``: ``F(u, w) = sum_i w_i loss(a_i^T u, y_i) + R(u)``."""
+    design: jax.Array
+    y: jax.Array
+    loss: Callable
+
+
+@functools.lru_cache(maxsize=128)
+def _functions(model, scheme, level, treedef, shapes):
+    """Build ``(fun, heldout, unravel)`` for one model configuration and parameter layout.
+
+    ``model`` hashes by its hyperparameters (:meth:`~approxcv.models.base.Model.static_key`),
+    so equal configurations share the functions and hence every compiled kernel.
+    """
+    sizes = [int(np.prod(s)) for s in shapes]
+    splits = np.cumsum(sizes)[:-1].tolist()
+
+    def unravel(u):
+        leaves = [p.reshape(s) for p, s in zip(jnp.split(u, splits), shapes)]
+        return model.constrain(jax.tree_util.tree_unflatten(treedef, leaves))
+
+    def fun(u, w, data):
+        return model.objective(unravel(u), data, w, scheme=scheme, level=level)
+
+    def heldout(u, w, data):
+        return model.heldout_loss(unravel(u), data, w, level=level)
+
+    return fun, heldout, unravel
+
+
+def flat_params(model, params):
+    """``(u (D,), treedef, shapes)``: the unconstrained flat vector of ``params``."""
+    leaves, treedef = jax.tree_util.tree_flatten(model.unconstrain(params))
+    shapes = tuple(tuple(np.shape(leaf)) for leaf in leaves)
+    u = jnp.concatenate([jnp.ravel(jnp.asarray(leaf, jnp.float64)) for leaf in leaves])
+    return u, treedef, shapes
+
+
+def model_starts(model, prepared, level, restarts: int, seed: int = 1):
+    """``(restarts, D)`` unconstrained starts from the model's own initialisation (exact-CV
+    restarts); ``(0, D)``-shaped empty when ``restarts`` is 0."""
+    inits = model.init_params(prepared, level, int(restarts), seed) if restarts else []
+    return (np.stack([np.asarray(flat_params(model, p)[0]) for p in inits]) if inits
+            else None)
+
+
+def make_problem(model, data, params, *, scheme: str = "A", level: str | None = None,
+                 local: bool = False, n_starts: int = 0, seed: int = 0,
+                 checked: bool = False) -> Problem:
+    """Build the :class:`Problem` of ``model`` on ``data`` at the fitted ``params``.
+
+    Args:
+        model: an approxcv model (:class:`~approxcv.models.base.Model`).
+        data: the user's data or the model's prepared data.
+        params: full-data parameters; validated with ``model.check_params``.
+        scheme, level: passed to the model's objective.
+        local: use the model's smooth local surrogate (``model.local_model``) if it
+            declares one (derivative-based methods on non-smooth objectives).
+        n_starts: unconstrained starting points to draw from ``model.init_params`` (exact
+            CV's restarts).
+        seed: seed of those starts.
+        checked: ``params`` were already validated by ``model.check_params``.
+
+    Raises:
+        InvalidDataError: ``params`` lie on the boundary of their domain.
+        ArgumentTypeError, InvalidArgumentError: ``params`` do not belong to ``model``.
+    """
+    prepared, level, n_units = model.prepare(data, level)
+    if not checked:
+        params = model.check_params(params, prepared, level)
+    starts_params = model.init_params(prepared, level, n_starts, seed) if n_starts else []
+    checker = functools.partial(model.fold_check, params, prepared)
+    refit = None if local else model.batched_refit()
+    surrogate = model.local_model(params, prepared) if local else None
+    if surrogate is not None:
+        model, params, prepared = surrogate
+    u_full, treedef, shapes = flat_params(model, params)
+    if not np.all(np.isfinite(np.asarray(u_full))):
+        raise InvalidDataError("`params` lie on the boundary of their domain (a probability "
+                               "or rate of 0); the unconstrained parameters are infinite")
+    fun, heldout, unravel = _functions(model, scheme, level, treedef, shapes)
+    scale = model.objective_scale(prepared)
+    starts = (jnp.stack([flat_params(model, p)[0] for p in starts_params]) if starts_params
+              else jnp.zeros((0, u_full.shape[0])))
+    glm = model.glm_structure(prepared)
+    return Problem(fun, heldout, prepared, u_full, unravel, int(n_units),
+                   float(n_units if scale is None else scale), starts,
+                   (model, scheme, level), getattr(model, "refit_solver", None),
+                   None if glm is None else GLMStructure(*glm), refit, checker)

@@ -1,0 +1,93 @@
+"""The batched quasi-Newton loop against optimistix, per-start stopping, the Newton polish and
+the shared ``(F, g, H, J)`` program."""
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+import pytest
+
+from approxcv import engine
+from approxcv.optim import batched_minimize, minimize
+from approxcv.optim.newton import newton_polish, polish_rows, value_and_derivatives
+
+
+def _logistic(n=300, d=20, seed=0):
+    """L2 logistic loss ``F(u) = sum_i [log(1 + e^{a_i u}) - y_i a_i u] + 0.5 u^T u``."""
+    rng = np.random.default_rng(seed)
+    a = jnp.asarray(rng.normal(size=(n, d)))
+    y = jnp.asarray((rng.random(n) < 0.5).astype(float))
+
+    def fun(u, args=None):
+        z = a @ u
+        return jnp.sum(jnp.logaddexp(0.0, z) - y * z) + 0.5 * u @ u
+    return fun, d, n
+
+
+@pytest.mark.parametrize("solver, method", [(optx.BFGS, "bfgs"), (optx.LBFGS, "lbfgs")])
+@pytest.mark.parametrize("steps", [1, 2, 5, 12])
+def test_iterates_are_optimistix_iterates(solver, method, steps):
+    """Step for step the same iterates as optimistix (before round-off decides a line
+    search, which a few steps from the start it does not)."""
+    fun, d, n = _logistic()
+    scaled = lambda u, a: fun(u) / n  # noqa: E731
+    ref = optx.minimise(scaled, solver(rtol=1e-10, atol=1e-10), jnp.zeros(d),
+                        max_steps=steps, throw=False)
+    ours = minimize(fun, jnp.zeros(d), scale=n, max_steps=steps, newton_steps=0,
+                    method=method)
+    np.testing.assert_allclose(np.asarray(ours.u), np.asarray(ref.value), rtol=1e-10,
+                               atol=1e-13)
+    assert int(ours.num_steps) == int(ref.stats["num_steps"])
+
+
+def test_each_start_of_a_batch_stops_on_its_own_test():
+    """A batch of starts gives what each start gives alone (steps included)."""
+    fun, d, n = _logistic(d=6)
+    solve = batched_minimize(lambda u, w, data: fun(u) + 0.0 * jnp.sum(w), float(n), 1000, 2)
+    starts = np.stack([np.zeros(d), np.full(d, 3.0), np.linspace(-2, 2, d)])
+    batch = solve(starts, np.ones((3, 1)), None)
+    for i, u0 in enumerate(starts):
+        alone = minimize(fun, jnp.asarray(u0), scale=n)
+        assert int(batch.num_steps[i]) == int(alone.num_steps)
+        np.testing.assert_allclose(np.asarray(batch.u[i]), np.asarray(alone.u), atol=1e-12)
+    assert np.asarray(batch.converged).all() and len(set(np.asarray(batch.num_steps))) > 1
+
+
+def test_a_stalled_line_search_stops_instead_of_idling_to_max_steps():
+    """Next to the minimum Armijo fails on round-off: the loop stops once the trial step is
+    below the Cauchy tolerance, long before max_steps, with the same point."""
+    fun, d, n = _logistic()
+    res = minimize(fun, jnp.zeros(d), scale=n, gtol=1e-16, newton_steps=0, max_steps=5000)
+    assert int(res.num_steps) < 500
+    ref = minimize(fun, jnp.zeros(d), scale=n, newton_steps=2)
+    np.testing.assert_allclose(np.asarray(res.u), np.asarray(ref.u), atol=1e-7)
+
+
+def test_a_non_finite_start_is_reported_not_chosen():
+    fun, d, n = _logistic(d=4)
+    solve = batched_minimize(lambda u, w, data: fun(u) + 0.0 * jnp.sum(w), float(n), 100, 0)
+    res = solve(np.stack([np.full(4, np.nan), np.zeros(4)]), np.ones((2, 1)), None)
+    assert not bool(res.converged[0]) and not np.isfinite(float(res.value[0]))
+    assert bool(res.converged[1])
+
+
+def test_shared_derivatives_equal_the_engine_sweep_and_polish_reaches_round_off():
+    fun, d, n = _logistic(d=5)
+    a = np.random.default_rng(1).normal(size=(n, d))
+
+    def weighted(u, w, data):
+        z = data @ u
+        return jnp.sum(w * (jnp.logaddexp(0.0, z) - 0.5 * z)) + 0.5 * u @ u
+    u, w = np.full(d, 0.1), np.linspace(0.5, 1.5, n)
+    value, g, h, j = value_and_derivatives(weighted, u, w, a)
+    g2, h2, j2 = engine.gradient_hessian_jacobian(weighted, jnp.asarray(u), jnp.asarray(w),
+                                                  jnp.asarray(a), True)
+    assert float(value) == pytest.approx(float(weighted(u, w, a)), rel=1e-14)
+    for ours, ref in ((g, g2), (h, h2), (j, j2)):
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=1e-12, atol=1e-12)
+    assert value_and_derivatives(weighted, u, w, a, with_jacobian=False)[3] is None
+    polished, f, gnorm = newton_polish(weighted, u, w, a, num_steps=6)
+    assert gnorm < 1e-10 and f <= float(value)
+    solve = batched_minimize(weighted, float(n), 1000, 0)
+    res = solve(np.stack([u, u, -u]), np.stack([w, w, w]), a)
+    out = polish_rows(weighted, res, np.stack([w, w, w]), a, float(n))
+    assert np.all(out.grad_norm < 1e-9) and np.asarray(out.converged).all()
+    np.testing.assert_array_equal(out.u[0], out.u[1])       # a repeated row is copied

@@ -1,0 +1,267 @@
+"""The table test (STYLE §5): every model class through fit -> IJ -> NS -> exact on a tiny
+problem, plus the protocol's invariants; user-registered methods; unreliable folds."""
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import approxcv as acv
+from approxcv import engine
+from approxcv.errors import (ArgumentTypeError, InvalidArgumentError, UnreliableFoldWarning)
+from approxcv.models import constraints as C
+from approxcv.models.base import Model, left_out
+from approxcv.optim import batched_minimize
+from tests.conftest import simulate_gaussian_hmm, simulate_poisson_hmm
+
+
+def _regression(seed, n=40, p=3):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    return X, X @ np.array([1.0, -0.5, 0.25])[:p] + 0.3
+
+
+def _arhmm_series(T, seed):
+    rng = np.random.default_rng(seed)
+    x = np.zeros((T, 2))
+    for t in range(1, T):
+        x[t] = (0.5 if (t // 15) % 2 else -0.3) * x[t - 1] + rng.normal(size=2) * 0.5
+    return x
+
+
+def _case(name):
+    """``(model, data, level)`` of one row of the table, tiny and fast."""
+    m = acv.models
+    if name == "PoissonHMM":
+        return m.PoissonHMM(2, n_init=1), simulate_poisson_hmm(60, seed=1), None
+    if name == "GaussianHMM":
+        return m.GaussianHMM(2, n_init=1), simulate_gaussian_hmm(60, seed=2), None
+    if name == "GaussianHMM-AR1":
+        return m.GaussianHMM(2, ar_order=1, n_init=1), simulate_gaussian_hmm(60, 1, 3, 0.3), None
+    if name == "CategoricalHMM":
+        x = np.minimum(simulate_poisson_hmm(150, rates=(0.5, 3.0), seed=4), 2).astype(int)
+        return m.CategoricalHMM(2, n_symbols=3, n_init=1), x, None
+    if name == "ARHMM":
+        return m.ARHMM(2, order=1, n_init=1), _arhmm_series(120, 5), None
+    if name == "ARHMM-sequences":
+        return (m.ARHMM(1, order=1, n_init=1, covariance="diag"),
+                [_arhmm_series(20, s) for s in range(4)], "structure")
+    if name == "TimeVaryingPoisson":
+        rng = np.random.default_rng(6)
+        t = np.arange(72)
+        x = rng.poisson(5 * (1 + 0.5 * np.sin(2 * np.pi * (t % 12) / 12)))
+        return (m.TimeVaryingPoisson(slots_per_day=12, days_per_week=2, n_init=1), x, None)
+    X, y = _regression(7)
+    if name == "Ridge":
+        return m.Ridge(1.0), (X, y), None
+    if name == "Logistic":
+        return m.Logistic(1.0), (X, (y > 0.3).astype(float)), None
+    if name == "PoissonRegression":
+        rng = np.random.default_rng(8)
+        return m.PoissonRegression(1.0), (X, rng.poisson(np.exp(0.3 * X[:, 0]))), None
+    if name == "ElasticNet":
+        return m.ElasticNet(0.5, 0.5), (X, y), None
+    raise ValueError(name)
+
+
+MODELS = ["PoissonHMM", "GaussianHMM", "GaussianHMM-AR1", "CategoricalHMM", "ARHMM",
+          "ARHMM-sequences", "TimeVaryingPoisson", "Ridge", "Logistic", "PoissonRegression",
+          "ElasticNet"]
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def row(request):
+    model, data, level = _case(request.param)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        params = model.fit(data, level) if level else model.fit(data)
+    return request.param, model, data, level, params
+
+
+def test_fit_ij_ns_exact_agree(row):
+    name, model, data, level, params = row
+    n = model.prepare(data, level)[2]
+    # interior units: next to the start of a single series the initial distribution is
+    # estimated from one time step, and removing it is far from infinitesimal
+    folds = acv.folds.Folds([[n // 4], [n // 2], [(3 * n) // 4]], n)
+    kw = dict(params=params, level=level, progress=False, warn=False)
+    res = {m: acv.cross_validate(model, data, folds, m, **kw, **(
+        {"restarts": 0} if m == "exact" else {})) for m in ("ij", "ns", "exact")}
+    assert res["exact"].diagnostics["exact_converged"].all(), name
+    for m in ("ij", "ns"):
+        rel = np.abs(res[m].fold_loss - res["exact"].fold_loss) / np.abs(res["exact"].fold_loss)
+        # one unit out of tens: both approximations are within a few per cent of a refit
+        assert np.all(rel < 0.1), (name, m, rel)
+        assert res[m].params_flat.shape == res["exact"].params_flat.shape, (name, m)
+
+
+def test_protocol_invariants(row):
+    name, model, data, level, params = row
+    prepared, level, n = model.prepare(data, level)
+    # constraints round-trip
+    back = model.constrain(model.unconstrain(params))
+    for a, b in zip(back, params):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
+    # a fold with nothing left out: fold loss 0 and no point losses
+    fold, points = model.heldout_loss(params, prepared, jnp.ones(n), level=level)
+    assert float(fold) == 0.0 and not np.any(np.asarray(points))
+    # every left-out unit gets a finite loss, every kept one none
+    w = np.ones(n)
+    w[[0, n - 1]] = 0.0
+    fold, points = model.heldout_loss(params, prepared, jnp.asarray(w), level=level)
+    points = np.asarray(points)
+    assert np.all(np.isfinite(points[w == 0])) and np.all(points[w == 1] == 0.0)
+    # w = 1 reproduces the fit: a refit from it at unit weights does not move
+    problem = acv.make_problem(model, prepared, params, level=level)
+    refit = batched_minimize(problem.fun, problem.scale, 200, 2)(
+        problem.u_full[None], jnp.ones((1, n)), problem.data)
+    if name != "ElasticNet":            # non-smooth: its refits use a proximal solver
+        np.testing.assert_allclose(np.asarray(refit.u)[0], np.asarray(problem.u_full),
+                                   atol=1e-5 * (1 + float(jnp.abs(problem.u_full).max())))
+    # hyperparameters are hashable and equal configurations compare equal
+    assert hash(model) == hash(_case(name)[0]) and model == _case(name)[0]
+
+
+def test_params_of_another_model_are_refused():
+    x = simulate_poisson_hmm(60, seed=1)
+    three = acv.models.PoissonHMM(3, n_init=1).fit(x)
+    with pytest.raises(InvalidArgumentError, match="shape"):
+        acv.cross_validate(acv.models.PoissonHMM(2), x, [[1]], params=three)
+    gauss = acv.models.GaussianHMM(2, n_init=1).fit(np.c_[x, x])
+    with pytest.raises(ArgumentTypeError, match="PoissonHMMParams"):
+        acv.cross_validate(acv.models.PoissonHMM(2), x, [[1]], params=gauss)
+    bad = three._replace(transition_matrix=three.transition_matrix * 1.1)
+    with pytest.raises(InvalidArgumentError, match="sum to 1"):
+        acv.make_problem(acv.models.PoissonHMM(3), x, bad)
+
+
+# ------------------------------------------------ a user's model in one class, exactly solvable
+class Quadratic(Model):
+    """``F(u, w) = sum_i w_i c_i/2 (u - a_i)^2 + 1/2 u^2`` with ``c_i`` of either sign: a
+    fold whose left-out units carry the positive curvature has an indefinite ``H(w_o)``."""
+
+    def __init__(self, curvatures=(4.0, -1.5, -1.0, 1.0)):
+        self.curvatures = tuple(curvatures)
+
+    def prepare(self, data, level=None):
+        return jnp.asarray(data, dtype=jnp.float64), "within", len(data)
+
+    def objective(self, params, data, weights, scheme="A", level=None):
+        c = jnp.asarray(self.curvatures)
+        return 0.5 * jnp.sum(weights * c * (params[0] - data) ** 2) + 0.5 * params[0] ** 2
+
+    def heldout_loss(self, params, data, weights, level=None):
+        points = jnp.where(left_out(weights), (params[0] - data) ** 2, 0.0)
+        return jnp.sum(points), points
+
+    def init_params(self, data, level=None, n=1, seed=0):
+        return [(np.asarray(float(i)),) for i in range(n)]
+
+    def param_constraints(self):
+        return (C.Real(),)
+
+    def fit(self, data, level=None):
+        c, a = np.asarray(self.curvatures), np.asarray(data)
+        return (np.asarray((c * a).sum() / (c.sum() + 1.0)),)
+
+
+def test_indefinite_fold_hessian_is_listed_unreliable_not_passed_off():
+    model, a = Quadratic(), np.array([1.0, 2.0, -1.0, 0.5])
+    folds = acv.folds.leave_one_out(4)
+    with pytest.warns(UnreliableFoldWarning, match="1 of 4 folds"):
+        res = acv.cross_validate(model, a, folds, "ns", progress=False)
+    # without unit 0 the curvature is -1.5 - 1 + 1 + 1 = -0.5: H(w_o) is indefinite
+    assert res.diagnostics["unreliable_folds"].tolist() == [0]
+    assert res.summary()["n_unreliable"] == 1 and res.summary()["unreliable_folds"] == [0]
+    assert res.unreliable.tolist() == [True, False, False, False]
+    # the reliable folds are exact (quadratic objective)
+    ex = acv.cross_validate(model, a, folds[1:], "exact", progress=False, restarts=0)
+    np.testing.assert_allclose(res.fold_loss[1:], ex.fold_loss, rtol=1e-8)
+
+
+def test_user_registered_method_runs_through_cross_validate():
+    calls = []
+
+    def half_ij(problem, folds, options):
+        """A user's method: half of the IJ step (stays on the method interface)."""
+        calls.append((problem.n_units, len(folds)))
+        params, diagnostics = engine.get_method("ij")[0](problem, folds, options)
+        return problem.u_full + 0.5 * (params - problem.u_full), diagnostics
+
+    acv.register_method("half_ij", half_ij)
+    model, a = Quadratic((1.0, 2.0, 1.0)), np.array([1.0, 2.0, 3.0])
+    folds = acv.folds.leave_one_out(3)
+    res = acv.cross_validate(model, a, folds, "half_ij", progress=False)
+    ij = acv.cross_validate(model, a, folds, "ij", progress=False)
+    assert calls == [(3, 3)] and res.method == "half_ij"
+    u_full = float(model.fit(a)[0])
+    np.testing.assert_allclose(res.params_flat[:, 0] - u_full,
+                               0.5 * (ij.params_flat[:, 0] - u_full), rtol=1e-12)
+    with pytest.raises(InvalidArgumentError, match="checkpoint"):
+        acv.cross_validate(model, a, folds, "ij", progress=False, checkpoint="x")
+    with pytest.raises(ArgumentTypeError, match="unknown option"):
+        acv.cross_validate(model, a, folds, "ij", progres=False)
+
+
+# ---------------------------------------------------------------- exact CV restarts
+class DoubleWell(Quadratic):
+    """``F(u, w) = (u^2 - 1)^2 + 0.3 u + 2 w_0 (u - 1)^2 + sum_{i>0} w_i 1e-3 (u - a_i)^2``.
+
+    With unit 0 the minimum is near ``u = 1``; without it the global minimum is near
+    ``u = -1`` while ``u = 1`` stays a local one: a refit warm-started at the fit lands in
+    the worse basin.
+    """
+
+    def __init__(self):
+        self.curvatures = ()
+
+    def objective(self, params, data, weights, scheme="A", level=None):
+        u = params[0]
+        return ((u ** 2 - 1) ** 2 + 0.3 * u + 2 * weights[0] * (u - 1) ** 2
+                + 1e-3 * jnp.sum(weights[1:] * (u - data[1:]) ** 2))
+
+    def init_params(self, data, level=None, n=1, seed=0):
+        return [(np.asarray(v),) for v in np.linspace(-1.5, 1.5, n)]
+
+    def fit(self, data, level=None):
+        return (np.asarray(0.93),)   # refined by a warm refit below
+
+
+def test_exact_restarts_find_the_better_basin_and_flag_the_fold():
+    model, a = DoubleWell(), np.array([0.0, 0.5, -0.5, 1.0])
+    prob = acv.make_problem(model, a, model.fit(a))
+    u1 = batched_minimize(prob.fun, 1.0, 200, 2)(prob.u_full[None], jnp.ones((1, 4)), prob.data)
+    params = (np.asarray(u1.u)[0, 0],)
+    folds = acv.folds.Folds([[0], [1]], 4)
+    warm = acv.cross_validate(model, a, folds, "exact", params=params, progress=False,
+                              restarts=0)
+    assert warm.params_flat[0, 0] > 0.5          # stuck in the worse basin, unflagged
+    with pytest.warns(UnreliableFoldWarning):
+        res = acv.cross_validate(model, a, folds, "exact", params=params, progress=False,
+                                 restarts=2)
+    assert res.params_flat[0, 0] < -0.5          # the better optimum is kept
+    assert res.diagnostics["exact_warm_gap"][0] > 0.1
+    assert res.diagnostics["unreliable_folds"].tolist() == [0]   # starts disagree
+    np.testing.assert_allclose(res.params_flat[1], warm.params_flat[1], atol=1e-8)
+
+
+def test_exact_restarts_catch_a_warm_refit_in_a_worse_hmm_basin(poisson_local_optimum):
+    """PoissonHMM(4) on overdispersed counts has several basins. Warm-started at the fit,
+    fold 1's refit stops at a local optimum 2.4 nats above the one a start of the model's
+    own initialisation reaches, with a converged, tiny gradient: invisible without restarts."""
+    model, x, params = poisson_local_optimum
+    folds = acv.folds.iid(len(x), 0.1, 8, seed=0)[:2]
+    kw = dict(params=params, progress=False)
+    warm = acv.cross_validate(model, x, folds, "exact", restarts=0, warn=False, **kw)
+    assert warm.diagnostics["exact_converged"].all()
+    assert len(warm.diagnostics["unreliable_folds"]) == 0            # nothing to see
+    with pytest.warns(UnreliableFoldWarning):
+        res = acv.cross_validate(model, x, folds, "exact", **kw)    # default: 2 restarts
+    assert res.diagnostics["exact_restarts"] == 2
+    assert res.diagnostics["unreliable_folds"].tolist() == [1]
+    gap = res.diagnostics["exact_warm_gap"]
+    assert gap[1] > 1.0 and gap[0] == 0.0
+    # the better fold optimum is kept: its fold objective is lower than the warm refit's
+    assert (res.diagnostics["exact_objective"][1]
+            < warm.diagnostics["exact_objective"][1] - 1.0)
+    np.testing.assert_allclose(res.params_flat[0], warm.params_flat[0], atol=1e-8)
