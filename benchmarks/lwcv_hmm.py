@@ -21,8 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import approxcv as acv
-from approxcv import engine
-from approxcv.api import heldout_losses
+from approxcv.engine import heldout_losses
 
 
 def timed(fn):
@@ -33,9 +32,8 @@ def timed(fn):
 
 def ij_vs_heldout(model, x, params, folds):
     """Whole IJ step vs held-out losses of the same folds at fixed parameters."""
-    seqs, level, n = model.prepare(x)
-    W = jnp.asarray(folds.weights())
-    obj = engine.make_objective(model, seqs, params, "A", level, n, model.objective_scale(seqs))
+    obj = acv.make_problem(model, x, params)
+    W = folds.padded()
     U = jnp.tile(obj.u_full, (len(folds), 1))
     # cold: first calls in the process (compilation included) - the held-out kernel is
     # compiled by the first call, so only its warm time is a fair denominator.

@@ -54,8 +54,7 @@ def jackknife_se(losses):
 
 
 def num_params(model, train, params):
-    prepared, level, n = model.prepare(train)
-    return int(acv.engine.make_objective(model, prepared, params, "A", level, n).u_full.size)
+    return int(acv.make_problem(model, train, params, level="structure").u_full.size)
 
 
 def run_model(name, model, train, test, exact_folds, with_ns):

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 
+from approxcv import _cli_args as cli_args
 from approxcv import cli
 from approxcv.errors import FitError, InvalidArgumentError, InvalidDataError
 
@@ -153,14 +154,14 @@ def test_bad_option_exits_2_with_one_line_naming_it(workdir, capsys, argv, optio
 def test_unreadable_data_file(workdir, capsys, monkeypatch):
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied", args[0])
-    monkeypatch.setattr(cli, "open", denied, raising=False)  # works as root too
+    monkeypatch.setattr(cli_args, "open", denied, raising=False)  # works as root too
     assert run(["demo", "--data", "short.csv", "--out", "o", "--quiet"]) == 2
     assert "Permission denied" in assert_one_line_naming(capsys, "--data")
 
 
 @pytest.mark.parametrize("out", ["subdir", "subdir/new/deeper"])
 def test_unwritable_out(workdir, capsys, monkeypatch, out):
-    monkeypatch.setattr(cli.os, "access", lambda path, mode: False)  # works as root too
+    monkeypatch.setattr(cli_args.os, "access", lambda path, mode: False)  # works as root too
     assert run(["demo", "--out", out, "--quiet"]) == 2
     assert "not writable" in assert_one_line_naming(capsys, "--out")
     assert not (workdir / "subdir" / "new").exists()
