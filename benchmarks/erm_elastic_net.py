@@ -141,7 +141,8 @@ def plot(out, path):
         label = "Alg. 1" if name == "full" else "Alg. 2"
         axes[0].plot(it, [r["aloocv"] for r in path_run["path"]], marker="o", ms=3,
                      label=f"ALOOCV ({label})")
-        axes[0].plot(it, [r["exact_loo"] for r in path_run["path"]], "--", label=f"exact LOO ({label})")
+        axes[0].plot(it, [r["exact_loo"] for r in path_run["path"]], "--",
+                     label=f"exact LOO ({label})")
         axes[0].plot(it, [r["test_loss"] for r in path_run["path"]], ":", label=f"test ({label})")
     axes[0].set_xlabel("iteration")
     axes[0].set_ylabel("1/2 squared error")

@@ -23,6 +23,7 @@ padded index arrays (padding ``n`` gathers zero rows, which leave a factor uncha
 """
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import NamedTuple
 
@@ -208,9 +209,11 @@ def glm_newton_params(problem, folds, options):
     ``ns`` (``ns_hessian_min_eig`` is NaN on downdated folds: it is not computed there).
     """
     from .methods.ns import newton_params          # the generic per-fold step
+    t0 = time.perf_counter()
     grad, hess, _ = full_derivatives(problem, options, with_jacobian=False)
     factor = factor_hessian(hess, warn=options.warn)
     diagnostics = fit_diagnostics(grad, factor, problem.u_full, warn=options.warn)
+    t1 = time.perf_counter()
     index = jnp.asarray(folds.padded())
     n_folds, dim = len(folds), int(problem.u_full.shape[0])
     params = np.zeros((n_folds, dim))
@@ -232,7 +235,9 @@ def glm_newton_params(problem, folds, options):
         params[redo], min_eig[redo] = np.asarray(out), np.asarray(eig)
         jitter[redo], reliable[redo] = np.asarray(jit), np.asarray(ok)
     diagnostics.update(ns_path="glm_downdate", ns_downdate_fallback=~fast,
-                       ns_hessian_min_eig=min_eig, ns_jitter=jitter, unreliable=~reliable)
+                       ns_hessian_min_eig=min_eig, ns_jitter=jitter, unreliable=~reliable,
+                       stage_seconds={"derivatives": t1 - t0,
+                                      "solve": time.perf_counter() - t1})
     return jnp.asarray(params), diagnostics
 
 

@@ -166,7 +166,13 @@ def _open_checkpoint(path, problem, task, starts, dim):
 def exact(problem, folds, options):
     """Refit every fold (module docstring); returns ``(params (n_folds, D), diagnostics)``."""
     solver = refit_solver(problem, options)
-    state = fit_state(problem, options)
+    if problem.refit is None:
+        state = fit_state(problem, options)
+    else:   # the model's own solver (e.g. a non-smooth objective, whose gradient means
+        # nothing): its stationarity measure at the fit, from one full-data solve there
+        fit = problem.refit(problem.u_full[None], jnp.ones((1, problem.n_units)), problem.data)
+        state = {"grad_norm": float(fit.grad_norm[0]), "fit_converged": bool(fit.converged[0]),
+                 "stage_seconds": {}}
     t = time.perf_counter()
     u_full = np.asarray(problem.u_full)
     dim, n = u_full.shape[0], problem.n_units
