@@ -23,7 +23,8 @@ __all__ = ["cross_validate"]
 _OPTION_NAMES = tuple(f.name for f in dataclasses.fields(Options) if f.name != "level")
 
 
-def cross_validate(model, data, folds, method: str = "ij", *, params=None, scheme: str = "A",
+def cross_validate(model, data, folds, method: str | None = None, *, params=None,
+                   scheme: str = "A",
                    level: str | None = None, **options) -> CVResult:
     """Estimate (``"ij"``, ``"ns"``) or compute (``"exact"``) cross-validation of ``model``.
 
@@ -35,7 +36,9 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
         method: a registered method: ``"ij"`` (infinitesimal jackknife: one factorisation
             of ``H`` for all folds), ``"ns"`` (one Newton step per fold), ``"exact"``
             (refit per fold) or one added with
-            :func:`~approxcv.engine.methods.register_method`.
+            :func:`~approxcv.engine.methods.register_method`; default: the model's
+            ``default_method`` (``"ij"``; ``"ns"`` — ALOOCV — for regularised ERM, where the
+            IJ under-corrects at weak regularisation, see ``docs/erm.md``).
         params: full-data parameters (validated against ``model``); fitted when ``None``.
         scheme: ``"A"`` or ``"B"``, how left-out units are removed from the training
             objective (within-structure only).
@@ -66,6 +69,7 @@ def cross_validate(model, data, folds, method: str = "ij", *, params=None, schem
     check_choice("scheme", scheme, ("A", "B"))
     check_choice("level", level, ("within", "structure", None))
     check_model(model)
+    method = method or getattr(model, "default_method", "ij")
     fn, local, refits = get_method(method)
     prepared, level, n_units = model.prepare(data, level)
     opts = Options(level=level, **options)

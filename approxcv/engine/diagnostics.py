@@ -93,7 +93,7 @@ def record_unreliable(diagnostics: dict, fold_loss, folds, method: str, warn: bo
         warnings.warn(
             f"{method}: {int(bad.sum())} of {len(folds)} folds are unreliable (fold ids "
             f"{folds.ids[bad][:10].tolist()}{' ...' if bad.sum() > 10 else ''}): a Hessian "
-            "that needed more than a negligible jitter, an unconverged solve or refit, starts "
+            "that needed jitter (not positive definite), an unconverged solve or refit, starts "
             "that reach different optima, or a non-finite loss. Their numbers are kept but "
             "are not estimates; listed in diagnostics['unreliable_folds']",
             UnreliableFoldWarning, stacklevel=3)

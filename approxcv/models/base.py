@@ -63,6 +63,8 @@ def left_out(weights):
 class Model:
     """Base class of approxcv models (see the module docstring for the protocol)."""
 
+    #: the method ``cross_validate`` uses when none is given
+    default_method: str = "ij"
     #: exact-CV refit optimiser this model prefers (``"bfgs"``, ``"newton"``, ``"lbfgs"``)
     refit_solver: str | None = None
     #: default number of exact-CV refits from the model's own starts besides the warm start

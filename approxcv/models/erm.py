@@ -146,6 +146,9 @@ class ERM(Model):
     #: Not "newton": optim.newton_minimize stops once its sufficient-decrease test is lost
     #: in round-off, at gradients ~1e-7 (LOO losses off by ~1e-7 relative)
     refit_solver = "bfgs"
+    #: ALOOCV (one Newton step per fold) by default: the IJ under-corrects leave-one-out at
+    #: weak regularisation and on near-separable data (docs/erm.md)
+    default_method = "ns"
     refit_restarts = 0
 
     def __init__(self, lam=1.0, *, fit_intercept: bool = True, max_steps: int = 1000):

@@ -2,10 +2,11 @@
 
 A Hessian that is not positive definite gets the smallest multiple of the identity on the
 ladder ``1e-12, 1e-11, ..., 1e-2`` (relative to ``mean|diag H|``) that makes it so; the
-jitter is recorded, never hidden. A jitter above :data:`NEGLIGIBLE_JITTER` (relative) changes
-the solve by more than round-off: whatever is computed from such a factor is *unreliable*
-and callers must list it as such (``diagnostics["unreliable_folds"]``), not pass it off as an
-estimate. :func:`factor_hessian` is the dense NumPy version used once per run (it warns),
+jitter is recorded, never hidden. A matrix that needs any jitter — its smallest eigenvalue is
+at most ``1e-14`` of its largest, i.e. it is indefinite or numerically singular — has no
+meaningful solve along its null or negative directions: whatever is computed from such a
+factor is *unreliable* and callers must list it as such (``diagnostics["unreliable_folds"]``),
+not pass it off as an estimate. :func:`factor_hessian` is the dense NumPy version used once per run (it warns),
 :func:`jittered_cholesky` the traceable one used per fold inside ``vmap``.
 """
 from __future__ import annotations
@@ -27,8 +28,8 @@ MAX_DENSE_DIM = 3000
 #: jitter ladder, relative to the mean absolute diagonal of H
 _JITTER_LADDER = 10.0 ** np.arange(-12, -1)
 
-#: largest relative jitter that still counts as round-off: a factor that needed more is
-#: not a factor of H, and results computed from it are flagged as unreliable
+#: relative size (of ``mean|diag H|``) below which a Cholesky pivot counts as zero (the
+#: rank-one downdates of :mod:`approxcv.engine.aloo`)
 NEGLIGIBLE_JITTER = 1e-10
 
 
@@ -37,8 +38,8 @@ class HessianFactor(NamedTuple):
 
     chol: lower-triangular ``(D, D)``; jitter: added multiple of the identity (0 if none);
     min_eig, max_eig: extreme eigenvalues of ``H`` itself; condition_number: ``max/min``
-    eigenvalue of ``H + jitter I``; reliable: the jitter is at most
-    ``NEGLIGIBLE_JITTER * mean|diag H|`` (solves with this factor are solves with ``H``).
+    eigenvalue of ``H + jitter I``; reliable: no jitter was needed (solves with this factor
+    are solves with ``H``).
     """
     chol: jnp.ndarray
     jitter: float
@@ -61,8 +62,7 @@ def factor_hessian(hess, name: str = "Hessian", warn: bool = True) -> HessianFac
     hess = 0.5 * (hess + hess.T)
     eigs = np.linalg.eigvalsh(hess)
     min_eig, max_eig = float(eigs[0]), float(eigs[-1])
-    raw_scale = float(np.mean(np.abs(np.diag(hess))))
-    scale = raw_scale or 1.0
+    scale = float(np.mean(np.abs(np.diag(hess)))) or 1.0
     jitter = 0.0
     if min_eig <= 1e-14 * max(abs(max_eig), 1e-300):
         for rel in _JITTER_LADDER:
@@ -82,7 +82,7 @@ def factor_hessian(hess, name: str = "Hessian", warn: bool = True) -> HessianFac
     chol = np.linalg.cholesky(hess + jitter * np.eye(hess.shape[0]))
     cond = (max_eig + jitter) / (min_eig + jitter)
     return HessianFactor(jnp.asarray(chol), jitter, min_eig, max_eig, float(cond),
-                         bool(jitter <= NEGLIGIBLE_JITTER * raw_scale))
+                         bool(jitter == 0.0))
 
 
 def solve(factor: HessianFactor, rhs):
@@ -95,18 +95,18 @@ def jittered_cholesky(hess):
 
     The same ladder (``1e-12 .. 1e-2`` of ``mean|diag H|``, the smallest rung that makes
     ``H + jitter I`` positive definite); when no rung suffices the largest is used and
-    ``reliable`` is False, as it is whenever the jitter exceeds ``NEGLIGIBLE_JITTER``.
+    ``reliable`` is False, as it is whenever any jitter was needed.
     For use inside ``jit``/``vmap`` (per-fold Newton steps), where nothing can be raised.
     """
     hess = 0.5 * (hess + hess.T)
     min_eig = jnp.linalg.eigvalsh(hess)[0]
-    raw_scale = jnp.mean(jnp.abs(jnp.diag(hess)))
-    scale = jnp.where(raw_scale > 0, raw_scale, 1.0)
+    scale = jnp.mean(jnp.abs(jnp.diag(hess)))
+    scale = jnp.where(scale > 0, scale, 1.0)
     ladder = jnp.asarray(_JITTER_LADDER, hess.dtype) * scale
     fits = min_eig + ladder > 1e-14 * scale
     needed = min_eig <= 1e-14 * jnp.abs(jnp.linalg.eigvalsh(hess)[-1])
     rung = jnp.where(jnp.any(fits), ladder[jnp.argmax(fits)], ladder[-1])
     jitter = jnp.where(needed, rung, 0.0)
     chol = jnp.linalg.cholesky(hess + jitter * jnp.eye(hess.shape[0], dtype=hess.dtype))
-    reliable = (jitter <= NEGLIGIBLE_JITTER * raw_scale) & jnp.all(jnp.isfinite(chol))
+    reliable = (jitter == 0.0) & jnp.all(jnp.isfinite(chol))
     return chol, jitter, min_eig, reliable
