@@ -7,7 +7,7 @@ import time
 import jax
 import numpy as np
 
-from ._validate import check_choice
+from ._validate import check_choice, check_positive_int
 from .engine.batching import heldout_losses
 from .engine.diagnostics import record_unreliable
 from .engine.methods import Options, get_method
@@ -15,7 +15,7 @@ from .engine.methods.exact import default_restarts
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .folds import as_folds
 from .models.base import check_model
-from .problem import make_problem, model_starts
+from .problem import flat_params, make_problem
 from .results import CVResult
 
 __all__ = ["cross_validate"]
@@ -85,12 +85,14 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         fit_seconds = time.perf_counter() - t
     params = model.check_params(params, prepared, level)
     t_start = time.perf_counter()
-    problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
-                           checked=True)
+    restarts = 0
     if refits:
-        restarts = (default_restarts(problem.u_full.shape[0], model.refit_restarts)
-                    if opts.restarts is None else int(opts.restarts))
-        problem = problem._replace(starts=model_starts(model, prepared, level, restarts))
+        dim = int(flat_params(model, params)[0].shape[0])
+        restarts = (default_restarts(dim, getattr(model, "refit_restarts", None))
+                    if opts.restarts is None else check_positive_int("restarts",
+                                                                     opts.restarts, 0))
+    problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
+                           restarts=restarts, checked=True)
     params_flat, diagnostics = fn(problem, folds, opts)
     stages = dict(diagnostics.pop("stage_seconds", {}))
     t_heldout = time.perf_counter()

@@ -100,15 +100,14 @@ def flat_params(model, params):
 
 def model_starts(model, prepared, level, restarts: int, seed: int = 1):
     """``(restarts, D)`` unconstrained starts from the model's own initialisation (exact-CV
-    restarts); ``(0, D)``-shaped empty when ``restarts`` is 0."""
+    restarts; seed 1, so they differ from a fit's first start), or ``None`` for 0."""
     inits = model.init_params(prepared, level, int(restarts), seed) if restarts else []
     return (np.stack([np.asarray(flat_params(model, p)[0]) for p in inits]) if inits
             else None)
 
 
 def make_problem(model, data, params, *, scheme: str = "A", level: str | None = None,
-                 local: bool = False, n_starts: int = 0, seed: int = 0,
-                 checked: bool = False) -> Problem:
+                 local: bool = False, restarts: int = 0, checked: bool = False) -> Problem:
     """Build the :class:`Problem` of ``model`` on ``data`` at the fitted ``params``.
 
     Args:
@@ -118,9 +117,8 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
         scheme, level: passed to the model's objective.
         local: use the model's smooth local surrogate (``model.local_model``) if it
             declares one (derivative-based methods on non-smooth objectives).
-        n_starts: unconstrained starting points to draw from ``model.init_params`` (exact
-            CV's restarts).
-        seed: seed of those starts.
+        restarts: starts to draw from the model's own initialisation
+            (:func:`model_starts`, exact CV's restarts).
         checked: ``params`` were already validated by ``model.check_params``.
 
     Raises:
@@ -130,7 +128,7 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     prepared, level, n_units = model.prepare(data, level)
     if not checked:
         params = model.check_params(params, prepared, level)
-    starts_params = model.init_params(prepared, level, n_starts, seed) if n_starts else []
+    starts = model_starts(model, prepared, level, restarts)
     checker = functools.partial(model.fold_check, params, prepared)
     refit = None if local else model.batched_refit()
     surrogate = model.local_model(params, prepared) if local else None
@@ -142,8 +140,6 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
                                "or rate of 0); the unconstrained parameters are infinite")
     fun, heldout, unravel = _functions(model, scheme, level, treedef, shapes)
     scale = model.objective_scale(prepared)
-    starts = (jnp.stack([flat_params(model, p)[0] for p in starts_params]) if starts_params
-              else jnp.zeros((0, u_full.shape[0])))
     glm = model.glm_structure(prepared)
     return Problem(fun, heldout, prepared, u_full, unravel, int(n_units),
                    float(n_units if scale is None else scale), starts,
