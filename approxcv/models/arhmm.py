@@ -59,7 +59,8 @@ from ._occupancy import check_occupancy
 from ._transforms import inverse_gamma_log_prior, normal_log_prior
 from .gaussian_hmm import _kmeans, lagged
 from . import constraints as C
-from .hmm import HMM, Sequences, check_array, fit_method
+from ..fitting import fit_method
+from .hmm import HMM, Sequences, check_array
 
 COVARIANCES = ("full", "diag")
 WEIGHT_PRIORS = ("matrix_normal", "isotropic")

@@ -12,7 +12,6 @@ the transition matrix being stochastic, contribute exactly nothing to ``log Z``.
 """
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import jax
@@ -20,11 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._validate import check_positive_int
-from ..optim import MinimizeResult, batched_minimize
+from ..optim import batched_minimize
 from ..optim.newton import polish_rows
-from ..optim.pd import MAX_DENSE_DIM
-from ..errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
+from ..errors import (ArgumentTypeError, InvalidArgumentError,
                       InvalidDataError)
+from ..fitting import best_start, fit_method, padded, perturbation_restarts
 from ..inference import chain
 from . import constraints as C
 from ._occupancy import check_occupancy
@@ -32,8 +31,6 @@ from ._transforms import dirichlet_log_prior
 from .base import Model, left_out
 
 LEVELS = ("within", "structure")
-#: most rounds of :meth:`HMM._perturbation_restarts`
-MAX_PERTURB_ROUNDS = 3
 
 
 class Sequences(NamedTuple):
@@ -210,7 +207,7 @@ class HMM(Model):
         Starts are refined together in one compiled batched loop (padded to one batch shape
         shared with the perturbation rounds, so a fit compiles once per model and data
         shape). With ``n_perturb > 0`` the best fit is then improved by perturbation
-        restarts (:meth:`_perturbation_restarts`). The run
+        restarts (:func:`approxcv.fitting.perturbation_restarts`). The run
         is recorded in ``self.fit_result_`` (objective, gradient norm and convergence of
         every start; ``final_objective`` and ``final_grad_norm`` of the returned fit).
 
@@ -227,7 +224,7 @@ class HMM(Model):
         obj, u0s = self._fit_problem(seqs, level, starts)
         solve, limit = self._fit_solver(obj.fun, obj.scale, obj.u_full.size)
         # one batch shape for the starts and the perturbation rounds: one compilation
-        solve = _padded(solve, max(len(starts), self.n_perturb), seqs)
+        solve = padded(solve, max(len(starts), self.n_perturb), seqs)
         res = solve(u0s, np.ones((len(starts), n)))
         return check_occupancy(self, self._perturbation_restarts(
             solve, obj, self._best_start(res, limit)), seqs)
@@ -253,51 +250,10 @@ class HMM(Model):
                 + self._init_params(seqs, self.n_init, self.seed))
 
     def _perturbation_restarts(self, solve, obj, best_u):
-        """Search neighbouring local optima of the MAP objective (a basin-hopping search).
-
-        HMM objectives have many local optima (different segmentations), and the starts of
-        :meth:`fit` can all end in one that is not the best: exact-CV refits then jump to a
-        better optimum that no local approximation (IJ or NS) can follow. Each round refits
-        the current best on ``n_perturb`` random subsamples (every unit dropped with
-        probability ``perturb_frac``, i.e. weights ``w_i in {0, 1}``), polishes every refit
-        on all the data (``w = 1``) and keeps the lowest converged full-data objective if it
-        improves on the current one by more than ``1e-9 * scale``. Rounds repeat (at most
-        ``MAX_PERTURB_ROUNDS``) while they improve.
-
-        Args:
-            solve: ``solve(u0s (m, D), weights (m, n)) -> MinimizeResult`` (batched).
-            obj: the fit's :class:`~approxcv.problem.Problem`.
-            best_u: the best start's unconstrained parameters ``(D,)``.
-
-        Returns:
-            The best parameters found; ``fit_result_`` gains ``final_objective``,
-            ``final_grad_norm`` and ``perturbation`` (objectives of every round).
-        """
-        r = self.fit_result_
-        best_value = float(r["objective"][r["best"]])
-        best_grad = float(r["grad_norm"][r["best"]])
-        rounds = []
-        rng = np.random.default_rng(self.seed)
-        n = obj.n_units
-        for _ in range(MAX_PERTURB_ROUNDS if self.n_perturb else 0):
-            keep = rng.random((self.n_perturb, n)) >= self.perturb_frac
-            keep[np.arange(self.n_perturb), rng.integers(n, size=self.n_perturb)] = True
-            starts = np.tile(np.asarray(best_u), (self.n_perturb, 1))
-            moved = solve(starts, keep.astype(np.float64))
-            polished = solve(moved.u, np.ones((self.n_perturb, n)))
-            values = np.where(np.asarray(polished.converged)
-                              & np.isfinite(np.asarray(polished.value)),
-                              np.asarray(polished.value), np.inf)
-            rounds.append(values)
-            k = int(np.argmin(values))
-            if not values[k] < best_value - 1e-9 * obj.scale:
-                break
-            best_u, best_value = polished.u[k], float(values[k])
-            best_grad = float(polished.grad_norm[k])
-        r.update(final_objective=best_value, final_grad_norm=best_grad,
-                 perturbation={"n_perturb": self.n_perturb, "frac": self.perturb_frac,
-                               "objective": [v.tolist() for v in rounds],
-                               "improvement": float(r["objective"][r["best"]] - best_value)})
+        """:func:`approxcv.fitting.perturbation_restarts` with this model's ``n_perturb``,
+        ``perturb_frac`` and ``seed``; returns the best parameters (constrained)."""
+        best_u = perturbation_restarts(solve, obj, best_u, self.fit_result_, self.n_perturb,
+                                       self.perturb_frac, self.seed)
         # one compiled program, not a dozen eagerly dispatched (and compiled) operations
         return self.params_type(*[np.asarray(p) for p in jax.jit(obj.unravel)(best_u)])
 
@@ -322,29 +278,9 @@ class HMM(Model):
         return solve, f"{self.max_steps} optimiser steps"
 
     def _best_start(self, res, limit: str, **record):
-        """The unconstrained parameters ``(D,)`` of the best converged start of a batched fit
-        (or the best finite one, with a :class:`ConvergenceWarning` naming ``limit``); the
-        run is recorded in ``fit_result_``.
-
-        Raises:
-            FitError: no start reached a finite objective.
-        """
-        values = np.where(np.isfinite(res.value), np.asarray(res.value), np.inf)
-        converged = np.asarray(res.converged)
-        if not np.isfinite(values).any():
-            raise FitError(f"{type(self).__name__}.fit: every start gave a non-finite objective")
-        pool = np.flatnonzero(converged & np.isfinite(values))
-        if pool.size == 0:
-            pool = np.flatnonzero(np.isfinite(values))
-            warnings.warn(f"{type(self).__name__}.fit: no start converged in {limit}; "
-                          f"returning the best (gradient norm "
-                          f"{float(np.min(np.asarray(res.grad_norm)[pool])):.3g})",
-                          ConvergenceWarning, stacklevel=3)
-        best = int(pool[np.argmin(values[pool])])
-        self.fit_result_ = {"objective": values, "converged": converged,
-                            "grad_norm": np.asarray(res.grad_norm),
-                            "num_steps": np.asarray(res.num_steps), "best": best, **record}
-        return res.u[best]
+        """:func:`approxcv.fitting.best_start`; the run is recorded in ``fit_result_``."""
+        best_u, self.fit_result_ = best_start(res, type(self).__name__, limit, **record)
+        return best_u
 
     # -------------------------------------------------------- to implement
     params_type: type = None
@@ -369,26 +305,6 @@ class HMM(Model):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_states={self.n_states})"
-
-
-def _padded(solve, rows: int, data):
-    """``solve(u0s, weights, data)`` as ``run(u0s (m, D), weights (m, n))`` on batches padded
-    to ``rows`` rows (repeating the last), so that every batch of a fit has one shape and
-    the optimiser compiles once; results are NumPy arrays of the ``m`` real rows."""
-    def run(u0s, weights):
-        u0s, weights = np.asarray(u0s), np.asarray(weights)
-        m = len(u0s)
-        extra = max(rows - m, 0)
-        res = solve(np.concatenate([u0s, np.repeat(u0s[-1:], extra, 0)]),
-                    np.concatenate([weights, np.repeat(weights[-1:], extra, 0)]), data)
-        return MinimizeResult(*(np.asarray(x)[:m] for x in res))
-    return run
-
-
-def fit_method(dim: int, newton_steps: int = 2) -> tuple:
-    """``(newton_steps, method)`` of the fitting optimiser for ``dim`` parameters:
-    BFGS + Newton polish up to ``MAX_DENSE_DIM``, L-BFGS without polish above it."""
-    return (newton_steps, "bfgs") if dim <= MAX_DENSE_DIM else (0, "lbfgs")
 
 
 def check_counts(x, name: str) -> np.ndarray:

@@ -1,0 +1,117 @@
+"""Model-agnostic MAP fitting on a :class:`~approxcv.problem.Problem`: multi-start selection
+and perturbation restarts (a basin-hopping search), on any batched optimiser.
+
+A model supplies its starts and an optimiser ``solve(u0s (m, D), weights (m, n)) ->
+MinimizeResult`` (from :mod:`approxcv.optim`); these functions pick the best start, search
+neighbouring optima by refitting on random subsamples of the units, and return a record of
+the run. They know nothing of cross-validation: the only thing shared with it is the
+weighted objective of the Problem.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .errors import ConvergenceWarning, FitError
+from .optim import MAX_DENSE_DIM, MinimizeResult
+
+__all__ = ["best_start", "perturbation_restarts", "padded", "fit_method",
+           "MAX_PERTURB_ROUNDS"]
+
+#: most rounds of :func:`perturbation_restarts`
+MAX_PERTURB_ROUNDS = 3
+
+
+def fit_method(dim: int, newton_steps: int = 2) -> tuple:
+    """``(newton_steps, method)`` of the fitting optimiser for ``dim`` parameters:
+    BFGS + Newton polish up to ``MAX_DENSE_DIM``, L-BFGS without polish above it."""
+    return (newton_steps, "bfgs") if dim <= MAX_DENSE_DIM else (0, "lbfgs")
+
+
+def padded(solve, rows: int, data):
+    """``solve(u0s, weights, data)`` as ``run(u0s (m, D), weights (m, n))`` on batches padded
+    to ``rows`` rows (repeating the last), so that every batch of a fit has one shape and
+    the optimiser compiles once; results are NumPy arrays of the ``m`` real rows."""
+    def run(u0s, weights):
+        u0s, weights = np.asarray(u0s), np.asarray(weights)
+        m = len(u0s)
+        extra = max(rows - m, 0)
+        res = solve(np.concatenate([u0s, np.repeat(u0s[-1:], extra, 0)]),
+                    np.concatenate([weights, np.repeat(weights[-1:], extra, 0)]), data)
+        return MinimizeResult(*(np.asarray(x)[:m] for x in res))
+    return run
+
+
+def best_start(res, name: str, limit: str, **record):
+    """``(u (D,), record)``: the best converged start of a batched fit (or the best finite
+    one, with a :class:`ConvergenceWarning` naming ``limit``) and the run's record
+    (objective, convergence, gradient norm and steps of every start, ``best``).
+
+    Raises:
+        FitError: no start reached a finite objective.
+    """
+    values = np.where(np.isfinite(res.value), np.asarray(res.value), np.inf)
+    converged = np.asarray(res.converged)
+    if not np.isfinite(values).any():
+        raise FitError(f"{name}.fit: every start gave a non-finite objective")
+    pool = np.flatnonzero(converged & np.isfinite(values))
+    if pool.size == 0:
+        pool = np.flatnonzero(np.isfinite(values))
+        warnings.warn(f"{name}.fit: no start converged in {limit}; returning the best "
+                      f"(gradient norm {float(np.min(np.asarray(res.grad_norm)[pool])):.3g})",
+                      ConvergenceWarning, stacklevel=4)
+    best = int(pool[np.argmin(values[pool])])
+    return res.u[best], {"objective": values, "converged": converged,
+                         "grad_norm": np.asarray(res.grad_norm),
+                         "num_steps": np.asarray(res.num_steps), "best": best, **record}
+
+
+def perturbation_restarts(solve, problem, best_u, record: dict, n_perturb: int,
+                          perturb_frac: float, seed: int):
+    """Search neighbouring local optima of the objective (a basin-hopping search).
+
+    Latent-variable objectives have many local optima (an HMM's segmentations), and the
+    starts can all end in one that is not the best: exact-CV refits then jump to a better
+    optimum that no local approximation (IJ or NS) can follow. Each round refits the current
+    best on ``n_perturb`` random subsamples (every unit dropped with probability
+    ``perturb_frac``, i.e. weights ``w_i in {0, 1}``), polishes every refit on all the data
+    (``w = 1``) and keeps the lowest converged full-data objective if it improves on the
+    current one by more than ``1e-9 * scale``. Rounds repeat (at most
+    ``MAX_PERTURB_ROUNDS``) while they improve.
+
+    Args:
+        solve: ``solve(u0s (m, D), weights (m, n)) -> MinimizeResult`` (batched).
+        problem: the fit's :class:`~approxcv.problem.Problem`.
+        best_u: the best start's unconstrained parameters ``(D,)``.
+        record: the record of :func:`best_start`; updated with ``final_objective``,
+            ``final_grad_norm`` and ``perturbation`` (objectives of every round).
+
+    Returns:
+        The best unconstrained parameters found ``(D,)``.
+    """
+    best_value = float(record["objective"][record["best"]])
+    best_grad = float(record["grad_norm"][record["best"]])
+    rounds = []
+    rng = np.random.default_rng(seed)
+    n = problem.n_units
+    for _ in range(MAX_PERTURB_ROUNDS if n_perturb else 0):
+        keep = rng.random((n_perturb, n)) >= perturb_frac
+        keep[np.arange(n_perturb), rng.integers(n, size=n_perturb)] = True
+        moved = solve(np.tile(np.asarray(best_u), (n_perturb, 1)), keep.astype(np.float64))
+        polished = solve(moved.u, np.ones((n_perturb, n)))
+        values = np.where(np.asarray(polished.converged)
+                          & np.isfinite(np.asarray(polished.value)),
+                          np.asarray(polished.value), np.inf)
+        rounds.append(values)
+        k = int(np.argmin(values))
+        if not values[k] < best_value - 1e-9 * problem.scale:
+            break
+        best_u, best_value = polished.u[k], float(values[k])
+        best_grad = float(polished.grad_norm[k])
+    record.update(final_objective=best_value, final_grad_norm=best_grad,
+                  perturbation={"n_perturb": n_perturb, "frac": perturb_frac,
+                                "objective": [v.tolist() for v in rounds],
+                                "improvement": float(record["objective"][record["best"]]
+                                                     - best_value)})
+    return best_u
