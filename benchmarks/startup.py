@@ -21,6 +21,7 @@ Usage: python benchmarks/startup.py [--quick] [--repeats 3]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -84,9 +85,12 @@ def child(src: str | None) -> dict:
     params, fit = stage(lambda: model.fit(x))
     _, ij = stage(lambda: acv.cross_validate(model, x, folds, method="ij", params=params,
                                              progress=False))
-    _, fit_warm = stage(lambda: model.fit(x))
-    _, ij_warm = stage(lambda: acv.cross_validate(model, x, folds, method="ij",
-                                                  params=params, progress=False))
+    # warm: the fastest of three more calls each (nothing left to trace or compile)
+    fit_warm = min((stage(lambda: model.fit(x))[1] for _ in range(3)),
+                   key=lambda s: s["seconds"])
+    ij_warm = min((stage(lambda: acv.cross_validate(model, x, folds, method="ij",
+                                                    params=params, progress=False))[1]
+                   for _ in range(3)), key=lambda s: s["seconds"])
     out = {"import_s": round(t_import, 3), "import_cpu_s": round(cpu_import, 3), "fit": fit,
            "ij": ij, "fit_warm": fit_warm, "ij_warm": ij_warm,
            "objective": float(model.fit_result_["final_objective"]),
@@ -98,12 +102,17 @@ def child(src: str | None) -> dict:
     except ImportError:
         out["hmmlearn"] = None
         return out
+    try:   # one OpenMP/BLAS thread: on a busy machine spinning threads slow it up to 100x
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threadpool_limits = contextlib.nullcontext
     runs, cpus = [], []
-    for _ in range(5):
-        t, cpu = time.perf_counter(), time.process_time()
-        ref = hmm.GaussianHMM(N_STATES, covariance_type="diag", random_state=0).fit(x)
-        runs.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - cpu)
+    with threadpool_limits(1):
+        for _ in range(5):
+            t, cpu = time.perf_counter(), time.process_time()
+            ref = hmm.GaussianHMM(N_STATES, covariance_type="diag", random_state=0).fit(x)
+            runs.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - cpu)
     out["hmmlearn"] = {"fit_s": [round(r, 4) for r in runs],
                        "fit_cpu_s": [round(r, 4) for r in cpus],
                        "iterations": ref.monitor_.iter,
@@ -136,6 +145,7 @@ def run_child(cache_home: str | None, src: str | None) -> dict:
 
 
 def main(quick: bool, repeats: int, src: str | None) -> dict:
+    import numpy as np   # not at the top: the children time numpy's import with approxcv's
     runs = {"cold": [], "warm": [], "off": []}
     for r in range(1 if quick else repeats):
         with tempfile.TemporaryDirectory(prefix="approxcv-startup-") as home:
@@ -152,21 +162,25 @@ def main(quick: bool, repeats: int, src: str | None) -> dict:
                       f"{last['fit_warm']['seconds']:.3f} s, warm IJ "
                       f"{last['ij_warm']['seconds']:.3f} s); CPU {last['total_cpu_s']:.2f} s",
                       flush=True)
-    best = {k: min(v, key=lambda o: o["total_s"]) for k, v in runs.items() if v}
+    median = lambda v: float(np.median(v))  # noqa: E731
+    totals = {k: [o["total_s"] for o in v] for k, v in runs.items() if v}
     hml = [o["warm_fit_over_hmmlearn"] for v in runs.values() for o in v
            if o.get("warm_fit_over_hmmlearn") is not None]
     summary = {
-        "cold_total_s": best["cold"]["total_s"], "warm_total_s": best["warm"]["total_s"],
-        "warm_fit_over_hmmlearn": min(hml) if hml else None,
-        "met": {"cold": best["cold"]["total_s"] <= TARGETS["cold_total_s"],
-                "warm": best["warm"]["total_s"] <= TARGETS["warm_total_s"],
-                "hmmlearn": (min(hml) <= TARGETS["warm_fit_over_hmmlearn"]) if hml else None},
+        "cold_total_s": min(totals["cold"]), "warm_total_s": min(totals["warm"]),
+        "cold_total_s_median": median(totals["cold"]),
+        "warm_total_s_median": median(totals["warm"]),
+        "warm_fit_over_hmmlearn": median(hml) if hml else None,
+        "met": {"cold": min(totals["cold"]) <= TARGETS["cold_total_s"],
+                "warm": min(totals["warm"]) <= TARGETS["warm_total_s"],
+                "hmmlearn": (median(hml) <= TARGETS["warm_fit_over_hmmlearn"])
+                if hml else None},
     }
     if not hml:
         print("hmmlearn is not installed (pip install approxcv[bench]): "
               "skipped the comparison with hmmlearn's GaussianHMM fit")
     print(f"best of {len(runs['cold'])}: cold {summary['cold_total_s']:.2f} s (target <= 5), "
-          f"warm {summary['warm_total_s']:.2f} s (target <= 2.5), warm fit / hmmlearn "
+          f"warm {summary['warm_total_s']:.2f} s (target <= 2.5); median warm fit / hmmlearn "
           f"{summary['warm_fit_over_hmmlearn']} (target <= 3)")
     return {"problem": {"model": "GaussianHMM(2)", "T": T, "R": 2, "folds": N_FOLDS,
                         "frac": FRAC},
@@ -174,7 +188,9 @@ def main(quick: bool, repeats: int, src: str | None) -> dict:
             "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                         "load_average_1min": os.getloadavg()[0]
                         if hasattr(os, "getloadavg") else None},
-            "note": "wall-clock seconds; each run is a fresh process; min over repeats"}
+            "note": "wall-clock seconds; each run is a fresh process; totals: min (and "
+                    "median) over repeats; warm fit / hmmlearn: median over processes of "
+                    "(fastest of 3 warm fits) / (fastest of 5 hmmlearn fits)"}
 
 
 if __name__ == "__main__":
