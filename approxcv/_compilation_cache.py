@@ -6,7 +6,8 @@ the IJ's derivative sweep, the held-out kernel — which takes seconds, far long
 running them. With the cache, compiled programs are written to
 ``<user cache dir>/approxcv/jax`` (``$XDG_CACHE_HOME`` if set, else ``~/.cache`` on
 Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows) and a later process loads
-them instead of compiling. Every program is cached, however quick to compile.
+them instead of compiling. Programs that take at least ``MIN_COMPILE_SECONDS`` (0.5 s) to
+compile are cached — the few that dominate start-up.
 
 * ``APPROXCV_NO_COMPILATION_CACHE=1`` (set before ``import approxcv``) turns it off.
 * A cache directory you configured for JAX yourself (``JAX_COMPILATION_CACHE_DIR`` or
@@ -20,6 +21,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
+#: programs that compile faster than this are not cached: on jaxlib 0.9-0.10 every entry
+#: loaded from the cache prints three log lines on stderr (jax-ml/jax#38445), so caching
+#: every small program (0 s) made a warm start print ~300 lines; at 0.5 s a warm fit + IJ
+#: loads ~4 programs (12 lines), the ones whose compilation dominates the start-up
+MIN_COMPILE_SECONDS = 0.5
 
 #: environment variable that turns the cache off (any value but "", "0", "false", "no")
 DISABLE_ENV = "APPROXCV_NO_COMPILATION_CACHE"
@@ -62,6 +69,6 @@ def enable(config) -> str | None:
     except OSError:
         return None
     config.update("jax_compilation_cache_dir", str(path))
-    config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     return str(path)

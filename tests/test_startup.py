@@ -60,8 +60,6 @@ def test_second_fit_and_ij_on_same_shaped_data_do_not_retrace():
     assert not ij_programs, dict(ij_programs)
 
 
-@pytest.mark.xfail(strict=True, reason="models/_occupancy.py runs the forward-backward scans "
-                   "of check_occupancy eagerly, so every fit lowers them again (jit them)")
 def test_second_fit_lowers_no_new_program():
     model = acv.models.GaussianHMM(2, n_init=2)
     model.fit(simulate_gaussian_hmm(90, seed=1))

@@ -60,6 +60,8 @@ def full_derivatives(problem, options, with_jacobian: bool):
             problem.fun, problem.u_full, problem.data, problem.n_units,
             batch_size=options.structure_batch_size, with_jacobian=with_jacobian,
             executor=options.executor, progress=options.progress)
-    out = gradient_hessian_jacobian(problem.fun, problem.u_full, jnp.ones(problem.n_units),
-                                    problem.data, with_jacobian)
+    # the one compiled (F, g, H, J) program the fit's Newton polish already built
+    from ..optim.newton import value_and_derivatives
+    out = value_and_derivatives(problem.fun, problem.u_full, jnp.ones(problem.n_units),
+                                problem.data, with_jacobian)[1:]
     return jax.block_until_ready(out)

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..errors import InvalidArgumentError
 
@@ -48,14 +49,14 @@ def data_scale(x, mask) -> DataScale:
         :class:`DataScale` with ``(S, R)`` rows. A constant channel gets ``s = |m|`` (or 1
         when ``m = 0``), so that ``s > 0`` always.
     """
-    x, mask = jnp.asarray(x, jnp.float64), jnp.asarray(mask, jnp.float64)
+    x, mask = np.asarray(x, np.float64), np.asarray(mask, np.float64)   # NumPy: no compiles
     w = mask[..., None]
-    count = jnp.sum(mask)
-    loc = jnp.sum(w * x, axis=(0, 1)) / count
-    sd = jnp.sqrt(jnp.sum(w * (x - loc) ** 2, axis=(0, 1)) / count)
-    sd = jnp.where(sd > 0, sd, jnp.where(loc != 0, jnp.abs(loc), 1.0))
+    count = np.sum(mask)
+    loc = np.sum(w * x, axis=(0, 1)) / count
+    sd = np.sqrt(np.sum(w * (x - loc) ** 2, axis=(0, 1)) / count)
+    sd = np.where(sd > 0, sd, np.where(loc != 0, np.abs(loc), 1.0))
     rows = x.shape[0]
-    return DataScale(jnp.tile(loc, (rows, 1)), jnp.tile(sd, (rows, 1)))
+    return DataScale(jnp.asarray(np.tile(loc, (rows, 1))), jnp.asarray(np.tile(sd, (rows, 1))))
 
 
 def with_data_scale(seqs):

@@ -8,6 +8,7 @@ whose count is below :func:`min_occupancy`.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 
 import jax
@@ -18,13 +19,20 @@ from ..errors import EmptyStateWarning
 from ..inference import chain
 
 
-def state_occupancy(model, params, seqs) -> np.ndarray:
-    """``(K,)`` expected observed steps per state: ``sum_i sum_t mask_it p(z_it = k | x_i)``,
-    posterior marginals of every sequence under ``params`` (forward-backward)."""
+@functools.partial(jax.jit, static_argnums=0)
+def _occupancy(model, params, seqs):
     def one(x, mask):
         post = chain.posterior_marginals(*model.log_potentials(params, x, mask))
         return jnp.sum(jnp.exp(post.log_smoothed_probs) * mask[:, None], axis=0)
-    return np.asarray(jnp.sum(jax.vmap(one)(seqs.x, seqs.mask), axis=0))
+    return jnp.sum(jax.vmap(one)(seqs.x, seqs.mask), axis=0)
+
+
+def state_occupancy(model, params, seqs) -> np.ndarray:
+    """``(K,)`` expected observed steps per state: ``sum_i sum_t mask_it p(z_it = k | x_i)``,
+    posterior marginals of every sequence under ``params`` (forward-backward; one compiled
+    program per model configuration and data shape)."""
+    params = type(params)(*[jnp.asarray(p, jnp.float64) for p in params])
+    return np.asarray(_occupancy(model, params, seqs))
 
 
 def min_occupancy(num_observed: float) -> float:
