@@ -265,3 +265,25 @@ def test_exact_restarts_catch_a_warm_refit_in_a_worse_hmm_basin(poisson_local_op
     assert (res.diagnostics["exact_objective"][1]
             < warm.diagnostics["exact_objective"][1] - 1.0)
     np.testing.assert_allclose(res.params_flat[0], warm.params_flat[0], atol=1e-8)
+
+
+def test_exact_checkpoint_is_bound_to_data_prior_and_scheme(tmp_path, poisson_small):
+    """A checkpoint written for other data, another prior or scheme B is refused, naming
+    the input; the same inputs resume without refitting; `checkpoint=` with IJ is refused."""
+    from approxcv.errors import CheckpointError
+    model, x, params = poisson_small
+    folds = acv.folds.iid(len(x), 0.05, 2, seed=0)
+    path = str(tmp_path / "ck")
+    kw = dict(params=params, progress=False, restarts=0, checkpoint=path)
+    first = acv.cross_validate(model, x, folds, "exact", **kw)
+    again = acv.cross_validate(model, x, folds, "exact", **kw)
+    np.testing.assert_array_equal(again.fold_loss, first.fold_loss)
+    other = x.copy()
+    other[5] += 1
+    with pytest.raises(CheckpointError, match="data"):
+        acv.cross_validate(model, other, folds, "exact", **kw)
+    prior = acv.models.PoissonHMM(2, n_init=2, rate_rate=1.0)
+    with pytest.raises(CheckpointError, match="model"):
+        acv.cross_validate(prior, x, folds, "exact", **kw)
+    with pytest.raises(CheckpointError, match="scheme"):
+        acv.cross_validate(model, x, folds, "exact", scheme="B", **kw)
