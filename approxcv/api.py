@@ -80,9 +80,10 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     prepared, level, n_units = model.prepare(data, level)
     opts = Options(level=level, **options)
     check_choice("solver", opts.solver, ("auto", "dense", "cg"))
-    if opts.checkpoint is not None and not refits:
-        raise InvalidArgumentError(f"`checkpoint` applies to methods that refit folds "
-                                   f"(e.g. 'exact'); method={method!r} does not use it")
+    for name in ("checkpoint", "restarts"):
+        if getattr(opts, name) is not None and not refits:
+            raise InvalidArgumentError(f"`{name}` applies to methods that refit folds "
+                                       f"(e.g. 'exact'); method={method!r} does not use it")
     folds = as_folds(folds, n_units)
     fit_seconds = None
     if params is None:

@@ -17,7 +17,7 @@ from jax import lax
 from ..optim.hessian import data_entries
 
 __all__ = ["fold_weights", "fold_indicator", "map_batches", "heldout_batch_size",
-           "heldout_losses", "left_out_index"]
+           "heldout_losses"]
 
 
 def fold_weights(index, n: int, dtype=jnp.float64):
@@ -70,8 +70,3 @@ def heldout_losses(problem, params_flat, index, batch_size: int | None = None):
     fold, points = _heldout(problem.heldout, jnp.asarray(params_flat), jnp.asarray(index),
                             problem.data, problem.n_units, int(batch_size))
     return np.asarray(fold), np.asarray(points)
-
-
-def left_out_index(folds) -> np.ndarray:
-    """``(n_folds, m)`` padded index array of :class:`~approxcv.folds.Folds` (padding ``n``)."""
-    return folds.padded()

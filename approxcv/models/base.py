@@ -32,7 +32,6 @@ model configuration.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from . import constraints as C
@@ -191,8 +190,3 @@ class Model:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.static_key())
         return f"{type(self).__name__}({args})"
-
-
-def as_float_tree(params):
-    """``params`` with float64 JAX leaves (same structure)."""
-    return type(params)(*[jnp.asarray(p, dtype=jnp.float64) for p in params])
