@@ -16,7 +16,7 @@ import numpy as np
 from .errors import ConvergenceWarning, FitError
 from .optim import MAX_DENSE_DIM, MinimizeResult
 
-__all__ = ["best_start", "perturbation_restarts", "padded", "fit_method",
+__all__ = ["best_start", "perturbation_restarts", "padded", "pad_rows", "fit_method",
            "MAX_PERTURB_ROUNDS"]
 
 #: most rounds of :func:`perturbation_restarts`
@@ -29,16 +29,20 @@ def fit_method(dim: int, newton_steps: int = 2) -> tuple:
     return (newton_steps, "bfgs") if dim <= MAX_DENSE_DIM else (0, "lbfgs")
 
 
+def pad_rows(rows: int, *arrays):
+    """Each array with its last row repeated up to ``rows`` rows (unchanged if it has as
+    many or more): one batch shape, so a batched optimiser compiles once."""
+    return tuple(np.concatenate([a, np.repeat(a[-1:], max(rows - len(a), 0), 0)])
+                 for a in map(np.asarray, arrays))
+
+
 def padded(solve, rows: int, data):
     """``solve(u0s, weights, data)`` as ``run(u0s (m, D), weights (m, n))`` on batches padded
     to ``rows`` rows (repeating the last), so that every batch of a fit has one shape and
     the optimiser compiles once; results are NumPy arrays of the ``m`` real rows."""
     def run(u0s, weights):
-        u0s, weights = np.asarray(u0s), np.asarray(weights)
         m = len(u0s)
-        extra = max(rows - m, 0)
-        res = solve(np.concatenate([u0s, np.repeat(u0s[-1:], extra, 0)]),
-                    np.concatenate([weights, np.repeat(weights[-1:], extra, 0)]), data)
+        res = solve(*pad_rows(rows, u0s, weights), data)
         return MinimizeResult(*(np.asarray(x)[:m] for x in res))
     return run
 

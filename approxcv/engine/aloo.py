@@ -203,8 +203,7 @@ def glm_newton_params(problem, folds, options):
     ``H`` is factored once by the recorded-jitter policy (:func:`factor_hessian`); every
     fold's ``H_{-o}`` is a downdate of that factor. A fold whose downdate fails or leaves
     a pivot below ``NEGLIGIBLE_JITTER * mean|diag H|`` (``H_{-o}`` is, or may be, not
-    positive definite), and every fold when ``H`` itself needed more than a negligible
-    jitter, is recomputed by the generic per-fold Newton step, whose jittered Cholesky
+    positive definite), and every fold when ``H`` itself needed jitter, is recomputed by the generic per-fold Newton step, whose jittered Cholesky
     decides whether the fold is reliable. Same result and diagnostics as the generic
     ``ns`` (``ns_hessian_min_eig`` is NaN on downdated folds: it is not computed there).
     """

@@ -1,13 +1,18 @@
 """Diagnostics of the supplied fit: is it a stationary point, is H well conditioned."""
 from __future__ import annotations
 
+import time
 import warnings
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..errors import (ConvergenceWarning, InexactFitWarning, NotPositiveDefiniteError,
                       UnreliableFoldWarning)
-from ..optim.pd import HessianFactor, solve
+from ..optim.pd import HessianFactor, factor_hessian, solve
+from .derivatives import full_derivatives, gradient
+from .matrix_free import newton_params_cg
 
 #: relative Newton-step size above which the fit is reported as inexact
 INEXACT_FIT_RTOL = 1e-4
@@ -106,15 +111,6 @@ def fit_state(problem, options) -> dict:
     recorded jitter policy (:func:`fit_diagnostics`); matrix-free: the Newton step by CG
     (:func:`cg_diagnostics`). ``stage_seconds["derivatives"]`` records the time.
     """
-    import time
-
-    import jax
-    import jax.numpy as jnp
-
-    from ..optim.pd import factor_hessian
-    from .derivatives import full_derivatives, gradient
-    from .matrix_free import newton_params_cg
-
     t = time.perf_counter()
     if options.dense(int(problem.u_full.shape[0])):
         grad, hess, _ = full_derivatives(problem, options, with_jacobian=False)

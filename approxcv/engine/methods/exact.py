@@ -25,6 +25,7 @@ import numpy as np
 
 from ...errors import ConvergenceWarning, InvalidArgumentError, LocalOptimumWarning
 from ...executors import run_batches
+from ...fitting import pad_rows
 from ...optim import batched_minimize, batched_newton_minimize
 from ..batching import heldout_batch_size
 from ..checkpoint import Checkpoint, fingerprint, fold_digest
@@ -88,10 +89,7 @@ class RefitBatch:
 
     def __call__(self, u0s, weights, data):
         size = len(weights)
-        if size < self.pad_to:
-            extra = self.pad_to - size
-            u0s = np.concatenate([u0s, np.repeat(u0s[-1:], extra, 0)])
-            weights = np.concatenate([weights, np.repeat(weights[-1:], extra, 0)])
+        u0s, weights = pad_rows(self.pad_to, u0s, weights)
         res = self._solve()(jnp.asarray(u0s), jnp.asarray(weights), data)
         return {"u": np.asarray(res.u)[:size], "converged": np.asarray(res.converged)[:size],
                 "num_steps": np.asarray(res.num_steps)[:size],
