@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 
-import jax
 import numpy as np
 
 from ._validate import check_choice, check_positive_int
@@ -21,10 +19,6 @@ from .results import CVResult
 
 __all__ = ["cross_validate"]
 
-
-@functools.partial(jax.jit, static_argnums=0)
-def _unravel_rows(unravel, params_flat):
-    return jax.vmap(unravel)(params_flat)
 
 _OPTION_NAMES = tuple(f.name for f in dataclasses.fields(Options) if f.name != "level")
 
@@ -111,7 +105,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     point_loss = np.split(points[np.arange(points.shape[1]) < sizes[:, None]],
                           np.cumsum(sizes)[:-1])
     params_flat = np.asarray(params_flat)
-    stacked = jax.tree_util.tree_map(np.asarray, _unravel_rows(problem.unravel, params_flat))
+    stacked = problem.unravel(params_flat)
     return CVResult(method=method, scheme=scheme if level == "within" else None, level=level,
                     folds=folds, fold_loss=fold_loss, point_loss=point_loss, params=stacked,
                     params_flat=params_flat, seconds=seconds,

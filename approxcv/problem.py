@@ -67,6 +67,11 @@ class GLMStructure(NamedTuple):
     loss: Callable
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _vmapped(fn, rows):
+    return jax.vmap(fn)(rows)
+
+
 @functools.lru_cache(maxsize=128)
 def _functions(model, scheme, level, treedef, shapes):
     """Build ``(fun, heldout, unravel)`` for one model configuration and parameter layout.
@@ -76,9 +81,18 @@ def _functions(model, scheme, level, treedef, shapes):
     """
     sizes = [int(np.prod(s)) for s in shapes]
     splits = np.cumsum(sizes)[:-1].tolist()
+    from .models.constraints import BUILT_IN
+    built_in = all(isinstance(c, BUILT_IN) for c in jax.tree_util.tree_leaves(
+        model.param_constraints(), is_leaf=lambda c: isinstance(c, BUILT_IN)))
 
     def unravel(u):
-        leaves = [p.reshape(s) for p, s in zip(jnp.split(u, splits), shapes)]
+        """Constrained parameters of ``u (D,)``; of every row of a NumPy ``u (F, D)``
+        (leaves with a leading ``F`` axis, in NumPy when the constraints are built in)."""
+        if isinstance(u, np.ndarray) and u.ndim == 2 and not built_in:
+            return jax.tree_util.tree_map(np.asarray, _vmapped(unravel, jnp.asarray(u)))
+        xp = np if isinstance(u, np.ndarray) else jnp
+        leaves = [p.reshape(u.shape[:-1] + s)
+                  for p, s in zip(xp.split(u, splits, axis=-1), shapes)]
         return model.constrain(jax.tree_util.tree_unflatten(treedef, leaves))
 
     def fun(u, w, data):
@@ -94,7 +108,8 @@ def flat_params(model, params):
     """``(u (D,), treedef, shapes)``: the unconstrained flat vector of ``params``."""
     leaves, treedef = jax.tree_util.tree_flatten(model.unconstrain(params))
     shapes = tuple(tuple(np.shape(leaf)) for leaf in leaves)
-    u = jnp.concatenate([jnp.ravel(jnp.asarray(leaf, jnp.float64)) for leaf in leaves])
+    xp = jnp if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves) else np
+    u = xp.concatenate([xp.ravel(xp.asarray(leaf, xp.float64)) for leaf in leaves])
     return u, treedef, shapes
 
 

@@ -260,7 +260,7 @@ def test_exact_restarts_catch_a_warm_refit_in_a_worse_hmm_basin(poisson_local_op
     assert res.diagnostics["exact_restarts"] == 2
     assert res.diagnostics["unreliable_folds"].tolist() == [1]
     gap = res.diagnostics["exact_warm_gap"]
-    assert gap[1] > 1.0 and gap[0] == 0.0
+    assert gap[1] > 1.0 and abs(gap[0]) < 1e-8    # fold 0: the same optimum (round-off)
     # the better fold optimum is kept: its fold objective is lower than the warm refit's
     assert (res.diagnostics["exact_objective"][1]
             < warm.diagnostics["exact_objective"][1] - 1.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import partial
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 from ..optim.hessian import data_entries, hessian_by_hvp, tangent_chunk  # noqa: F401
 
@@ -62,6 +62,6 @@ def full_derivatives(problem, options, with_jacobian: bool):
             executor=options.executor, progress=options.progress)
     # the one compiled (F, g, H, J) program the fit's Newton polish already built
     from ..optim.newton import value_and_derivatives
-    out = value_and_derivatives(problem.fun, problem.u_full, jnp.ones(problem.n_units),
+    out = value_and_derivatives(problem.fun, problem.u_full, np.ones(problem.n_units),
                                 problem.data, with_jacobian)[1:]
     return jax.block_until_ready(out)

@@ -50,13 +50,17 @@ def data_scale(x, mask) -> DataScale:
         when ``m = 0``), so that ``s > 0`` always.
     """
     x, mask = np.asarray(x, np.float64), np.asarray(mask, np.float64)   # NumPy: no compiles
-    w = mask[..., None]
-    count = np.sum(mask)
-    loc = np.sum(w * x, axis=(0, 1)) / count
-    sd = np.sqrt(np.sum(w * (x - loc) ** 2, axis=(0, 1)) / count)
-    sd = np.where(sd > 0, sd, np.where(loc != 0, np.abs(loc), 1.0))
+    loc, sd = observed_loc_scale(x[mask > 0])
     rows = x.shape[0]
     return DataScale(jnp.asarray(np.tile(loc, (rows, 1))), jnp.asarray(np.tile(sd, (rows, 1))))
+
+
+def observed_loc_scale(x):
+    """``(m (R,), s (R,))`` of the observed steps ``x (N, R)`` (NumPy), as in
+    :func:`data_scale`."""
+    loc = np.mean(x, axis=0)
+    sd = np.sqrt(np.mean((x - loc) ** 2, axis=0))
+    return loc, np.where(sd > 0, sd, np.where(loc != 0, np.abs(loc), 1.0))
 
 
 def with_data_scale(seqs):

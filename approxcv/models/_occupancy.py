@@ -42,11 +42,13 @@ def min_occupancy(num_observed: float) -> float:
     return max(2.0, 1e-3 * float(num_observed))
 
 
-def check_occupancy(model, params, seqs):
-    """Record ``state_occupancy`` in ``model.fit_result_["state_occupancy"]`` and warn with
+def check_occupancy(model, params, seqs, occupancy=None):
+    """Record ``state_occupancy`` (or the given ``occupancy (K,)``, e.g. from the fit's last
+    E-step at ``params``) in ``model.fit_result_["state_occupancy"]`` and warn with
     :class:`~approxcv.errors.EmptyStateWarning` naming every state under
     :func:`min_occupancy`; returns ``params`` unchanged."""
-    occupancy = state_occupancy(model, params, seqs)
+    if occupancy is None:
+        occupancy = state_occupancy(model, params, seqs)
     num_observed = float(np.sum(np.asarray(seqs.mask)))
     threshold = min_occupancy(num_observed)
     if model.fit_result_ is not None:

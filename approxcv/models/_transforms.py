@@ -9,14 +9,9 @@ import jax.numpy as jnp
 from jax.nn import log_softmax
 
 
-def simplex_to_logits(probs):
-    """``eta_k = log p_k - log p_K`` for ``k < K`` along the last axis: ``(..., K) -> (..., K-1)``."""
-    log_p = jnp.log(probs)
-    return log_p[..., :-1] - log_p[..., -1:]
-
-
 def logits_to_log_simplex(logits):
-    """Inverse of :func:`simplex_to_logits` in log space: ``(..., K-1) -> (..., K)`` log-probs."""
+    """Inverse of ``eta_k = log p_k - log p_K`` (:class:`~approxcv.models.constraints.Simplex`)
+    in log space: ``(..., K-1) -> (..., K)`` log-probs."""
     zeros = jnp.zeros(logits.shape[:-1] + (1,), logits.dtype)
     return log_softmax(jnp.concatenate([logits, zeros], axis=-1), axis=-1)
 

@@ -58,6 +58,15 @@ class CategoricalHMM(HMM):
     def _emission_constraints(self):
         return (C.Simplex(),)
 
+    def closed_form_m_step(self) -> bool:
+        return True
+
+    def _emission_m_step(self, params, r, x, data):
+        """``B[k, v] ∝ sum_t r_tk [x_t = v] + alpha - 1`` (Dirichlet MAP)."""
+        counts = r.T @ jax.nn.one_hot(x, self.n_symbols, dtype=r.dtype)
+        num = jnp.maximum(counts + self.emission_concentration - 1.0, 1e-10)
+        return params._replace(emission_probs=num / jnp.sum(num, -1, keepdims=True))
+
     def _initial_emissions(self, x, rng, i):
         """Empirical symbol frequencies perturbed by Dirichlet noise, one row per state."""
         freq = np.bincount(x.astype(int), minlength=self.n_symbols) + 1.0

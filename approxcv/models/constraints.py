@@ -17,14 +17,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._transforms import logits_to_log_simplex, simplex_to_logits
+from ._transforms import logits_to_log_simplex
 
 __all__ = ["Constraint", "Real", "Positive", "Simplex", "LowerCholesky", "constrain",
            "unconstrain", "check_constraints"]
 
 
+def _xp(value):
+    """NumPy for NumPy arrays, ``jax.numpy`` otherwise (traced or device arrays): starts,
+    a user's parameters and fold parameters are mapped eagerly, where every ``jax.numpy``
+    operation is a small program to compile in a fresh process (about 25 of them, 0.6 s,
+    for one HMM fit and its IJ)."""
+    return np if isinstance(value, (np.ndarray, np.generic)) else jnp
+
+
 class Constraint:
-    """Bijection ``forward: R^k -> domain`` with its ``inverse`` and a ``check`` of values."""
+    """Bijection ``forward: R^k -> domain`` with its ``inverse`` and a ``check`` of values.
+
+    The built-in constraints map NumPy arrays in NumPy and traced values in ``jax.numpy``,
+    and ``forward`` maps leading batch axes elementwise (rows of fold parameters)."""
 
     def forward(self, u):
         raise NotImplementedError
@@ -53,10 +64,10 @@ class Positive(Constraint):
     """``theta = exp(u)``."""
 
     def forward(self, u):
-        return jnp.exp(u)
+        return _xp(u).exp(u)
 
     def inverse(self, value):
-        return jnp.log(value)
+        return _xp(value).log(value)
 
     def check(self, value):
         return super().check(value) or (None if np.all(value > 0) else "must be > 0")
@@ -71,10 +82,15 @@ class Simplex(Constraint):
     total: float = 1.0
 
     def forward(self, u):
+        if _xp(u) is np:
+            e = np.exp(np.concatenate([u, np.zeros(u.shape[:-1] + (1,))], -1)
+                       - np.max(u, -1, keepdims=True, initial=0.0))
+            return self.total * e / np.sum(e, -1, keepdims=True)
         return self.total * jnp.exp(logits_to_log_simplex(u))
 
     def inverse(self, value):
-        return simplex_to_logits(value / self.total)
+        log_p = _xp(value).log(value / self.total)
+        return log_p[..., :-1] - log_p[..., -1:]
 
     def check(self, value):
         bad = super().check(value)
@@ -97,20 +113,25 @@ class LowerCholesky(Constraint):
     diagonal: bool = False
 
     def forward(self, u):
+        xp = _xp(u)
         if self.diagonal:
-            return jax.vmap(jnp.diag)(jnp.exp(u.reshape(-1, u.shape[-1]))).reshape(
-                u.shape + (u.shape[-1],))
+            return xp.exp(u)[..., None] * xp.eye(u.shape[-1])
         r = int(round((np.sqrt(8 * u.shape[-1] + 1) - 1) / 2))
         rows, cols = np.tril_indices(r)
-        vals = jnp.where(jnp.asarray(rows == cols), jnp.exp(u), u)
+        vals = xp.where(rows == cols, xp.exp(u), u)
+        if xp is np:
+            out = np.zeros(u.shape[:-1] + (r, r))
+            out[..., rows, cols] = vals
+            return out
         return jnp.zeros(u.shape[:-1] + (r, r), u.dtype).at[..., rows, cols].set(vals)
 
     def inverse(self, value):
+        xp = _xp(value)
         if self.diagonal:
-            return jnp.log(jnp.diagonal(value, axis1=-2, axis2=-1))
+            return xp.log(xp.diagonal(value, axis1=-2, axis2=-1))
         rows, cols = np.tril_indices(value.shape[-1])
         vals = value[..., rows, cols]
-        return jnp.where(jnp.asarray(rows == cols), jnp.log(jnp.abs(vals)), vals)
+        return xp.where(rows == cols, xp.log(xp.abs(vals)), vals)
 
     def check(self, value):
         bad = super().check(value)
@@ -131,15 +152,26 @@ def _is_constraint(x) -> bool:
     return isinstance(x, Constraint)
 
 
+def _float64(p):
+    """``p`` as float64: a NumPy array unless it is traced."""
+    if isinstance(p, jax.core.Tracer):
+        return jnp.asarray(p, dtype=jnp.float64)
+    return np.asarray(p, dtype=np.float64)
+
+
+BUILT_IN = (Real, Positive, Simplex, LowerCholesky)
+
+
 def unconstrain(constraints, params):
-    """Map constrained ``params`` to the unconstrained tree (float64 leaves)."""
-    return jax.tree_util.tree_map(
-        lambda c, p: c.inverse(jnp.asarray(p, dtype=jnp.float64)), constraints, params,
-        is_leaf=_is_constraint)
+    """Map constrained ``params`` to the unconstrained tree (float64 leaves; NumPy arrays
+    for concrete ``params``, traced arrays under a transformation)."""
+    return jax.tree_util.tree_map(lambda c, p: c.inverse(_float64(p)), constraints, params,
+                                  is_leaf=_is_constraint)
 
 
 def constrain(constraints, u_tree):
-    """Map an unconstrained tree back to constrained parameters."""
+    """Map an unconstrained tree back to constrained parameters (NumPy leaves stay NumPy
+    for the built-in constraints)."""
     return jax.tree_util.tree_map(lambda c, u: c.forward(u), constraints, u_tree,
                                   is_leaf=_is_constraint)
 

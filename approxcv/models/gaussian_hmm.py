@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._validate import check_positive_int
-from ._data_scale import data_scale, loc_scale, with_data_scale
+from ._data_scale import loc_scale, observed_loc_scale, with_data_scale
 from ._transforms import inverse_gamma_log_prior, normal_log_prior
 from . import constraints as C
 from .hmm import HMM, check_array
@@ -137,11 +137,34 @@ class GaussianHMM(HMM):
     def _emission_constraints(self):
         return C.Real(), C.Positive(), C.Real()
 
+    def closed_form_m_step(self) -> bool:
+        """Closed form without lags (``ar_order = 0``); AR means use the Newton M-step."""
+        return self.ar_order == 0
+
+    def _emission_m_step(self, params, r, x, data):
+        """One conditional-maximisation sweep (ECM) of the MAP emissions (``ar_order = 0``):
+        with ``N_k = sum_t r_tk``, the prior's ``m, s`` (module docstring), ``V =
+        mean_prior_var s^2``, ``a = var_shape``, ``b = var_scale s^2``,
+
+            mu_k = (sum_t r_tk x_t / sigma2_k + m / V) / (N_k / sigma2_k + 1 / V),
+            sigma2_k = (sum_t r_tk (x_t - mu_k)^2 / 2 + b) / (N_k / 2 + a + 1),
+
+        the exact maximiser in ``mu`` given ``sigma2`` and then in ``sigma2`` given ``mu``."""
+        loc, scale = loc_scale(data, "GaussianHMM")
+        nk = jnp.sum(r, 0)[:, None]
+        sx, sxx = r.T @ x, r.T @ x ** 2
+        prec0 = 1.0 / (self.mean_prior_var * scale ** 2)
+        var = params.variances
+        mu = (sx / var + loc * prec0) / (nk / var + prec0)
+        ss = jnp.maximum(sxx - 2.0 * mu * sx + nk * mu ** 2, 0.0)
+        var = (0.5 * ss + self.var_scale * scale ** 2) / (0.5 * nk + self.var_shape + 1.0)
+        return params._replace(means=mu, variances=var)
+
     def _initial_emissions(self, x, rng, i):
         """k-means (k-means++ seeding, 20 Lloyd iterations; seed varies per start) on the
         standardised observations, so the starts do not depend on the data's units."""
         k = self.n_states
-        loc, scale = (np.asarray(v)[0] for v in data_scale(x[None], np.ones((1, len(x)))))
+        loc, scale = observed_loc_scale(x)
         z = (x - loc) / scale
         centers, labels = _kmeans(z, k, rng, 20)
         var = np.stack([z[labels == j].var(0) if np.sum(labels == j) > 1 else z.var(0)
@@ -151,17 +174,27 @@ class GaussianHMM(HMM):
 
 
 def _kmeans(x, k, rng, iters):
-    """Plain k-means with k-means++ seeding (NumPy; initialisation only)."""
-    centers = [x[rng.integers(len(x))]]
+    """Plain k-means with k-means++ seeding (NumPy; initialisation only): at most ``iters``
+    Lloyd iterations, fewer once the labels stop changing."""
+    centers = x[rng.integers(len(x))][None].astype(float)
+    d2 = np.sum((x - centers[0]) ** 2, 1)
     for _ in range(1, k):
-        d2 = np.min([np.sum((x - c) ** 2, 1) for c in centers], axis=0)
         p = d2 / d2.sum() if d2.sum() > 0 else None
-        centers.append(x[rng.choice(len(x), p=p)])
-    centers = np.array(centers, dtype=float)
+        centers = np.vstack([centers, x[rng.choice(len(x), p=p)]])
+        d2 = np.minimum(d2, np.sum((x - centers[-1]) ** 2, 1))
+    labels = None
     for _ in range(iters):
-        labels = np.argmin(((x[:, None] - centers[None]) ** 2).sum(-1), 1)
-        for j in range(k):
-            if np.any(labels == j):
-                centers[j] = x[labels == j].mean(0)
+        new = _nearest(x, centers)
+        if labels is not None and np.array_equal(new, labels):
+            break
+        labels = new
+        onehot = (labels[:, None] == np.arange(k)).astype(float)
+        counts = onehot.sum(0)[:, None]
+        centers = np.where(counts > 0, onehot.T @ x / np.maximum(counts, 1.0), centers)
     centers = centers + 1e-6 * np.arange(k)[:, None]
-    return centers, np.argmin(((x[:, None] - centers[None]) ** 2).sum(-1), 1)
+    return centers, _nearest(x, centers)
+
+
+def _nearest(x, centers):
+    """Index of the nearest center of every row of ``x``."""
+    return np.argmin(np.sum(centers ** 2, 1)[None] - 2.0 * x @ centers.T, 1)

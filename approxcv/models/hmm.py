@@ -26,6 +26,7 @@ from ..errors import (ArgumentTypeError, InvalidArgumentError,
 from ..fitting import best_start, fit_method, padded, perturbation_restarts
 from ..inference import chain
 from . import constraints as C
+from ._hmm_em import EM_MAX_DIM, em_fit
 from ._occupancy import check_occupancy
 from ._transforms import dirichlet_log_prior
 from .base import Model, left_out
@@ -52,11 +53,17 @@ class HMM(Model):
     Subclasses set ``params_type`` (a NamedTuple whose first two fields are
     ``initial_probs (K,)`` and ``transition_matrix (K, K)``) and implement the emission
     hooks listed in the module docstring.
+
+    Fit options: ``n_init`` starts (``seed``), ``max_steps`` BFGS steps, ``n_perturb``
+    perturbation restarts dropping ``perturb_frac`` of the units, and ``fit_em``: EM +
+    Newton first (default; ``False`` fits by BFGS + Newton only, as earlier versions did —
+    the two can end in different local optima from the same start).
     """
 
     def __init__(self, n_states: int, *, initial_concentration: float = 1.1,
                  transition_concentration: float = 1.1, n_init: int = 4, seed: int = 0,
-                 max_steps: int = 2000, n_perturb: int = 0, perturb_frac: float = 0.3):
+                 max_steps: int = 2000, n_perturb: int = 0, perturb_frac: float = 0.3,
+                 fit_em: bool | None = None):
         self.n_states = check_positive_int("n_states", n_states, 1)
         self.initial_concentration = float(initial_concentration)
         self.transition_concentration = float(transition_concentration)
@@ -68,6 +75,8 @@ class HMM(Model):
         if not 0.0 < self.perturb_frac < 1.0:
             raise InvalidArgumentError(
                 f"`perturb_frac` must lie in (0, 1), got {perturb_frac!r}")
+        if fit_em is not None:
+            self.fit_em = bool(fit_em)
         self.fit_result_: dict | None = None
 
     # ----------------------------------------------------------------- data
@@ -114,7 +123,7 @@ class HMM(Model):
 
     def objective_scale(self, seqs: Sequences) -> float:
         """Number of observed time steps (normalises optimiser tolerances)."""
-        return float(seqs.mask.sum())
+        return float(np.asarray(seqs.mask).sum())
 
     # ----------------------------------------------------------- parameters
     def param_constraints(self):
@@ -199,17 +208,23 @@ class HMM(Model):
         return inits
 
     def fit(self, data, level: str | None = None, init_params=None):
-        """MAP fit on all data: BFGS + Newton polish from ``n_init`` starts, best kept.
+        """MAP fit on all data from ``n_init`` starts, best kept: EM + Newton polish, or
+        BFGS + Newton polish.
 
-        Above ``approxcv.engine.MAX_DENSE_DIM`` parameters L-BFGS without Newton polish is
-        used instead (nothing of size ``D x D`` is formed).
-
-        Starts are refined together in one compiled batched loop (padded to one batch shape
-        shared with the perturbation rounds, so a fit compiles once per model and data
-        shape). With ``n_perturb > 0`` the best fit is then improved by perturbation
-        restarts (:func:`approxcv.fitting.perturbation_restarts`). The run
-        is recorded in ``self.fit_result_`` (objective, gradient norm and convergence of
-        every start; ``final_objective`` and ``final_grad_norm`` of the returned fit).
+        Up to ``EM_MAX_DIM`` parameters (and unless ``fit_em`` is False) every start is
+        refined by generalised EM in one compiled loop and the best EM point is polished
+        by exact Newton steps (:mod:`approxcv.models._hmm_em`); when EM does not converge
+        from every start, or the polish misses the gradient tolerance, the BFGS path runs
+        from the same starts. That path refines the starts by BFGS + Newton polish together
+        in one compiled batched loop (padded to one batch shape shared with the
+        perturbation rounds, so a fit compiles once per model and data shape); above
+        ``approxcv.optim.MAX_DENSE_DIM`` parameters by L-BFGS without Newton polish
+        (nothing of size ``D x D`` is formed). With ``n_perturb > 0`` the best fit is then
+        improved by perturbation restarts (:func:`approxcv.fitting.perturbation_restarts`).
+        The run is recorded in ``self.fit_result_`` (objective, gradient norm and
+        convergence of every start — with EM only the best start is polished, so only it
+        is ``converged`` —, ``"method": "em"`` when EM fitted it, ``final_objective`` and
+        ``final_grad_norm`` of the returned fit).
 
         Args:
             data, level: as in :meth:`prepare`.
@@ -222,18 +237,34 @@ class HMM(Model):
         seqs, level, n = self.prepare(data, level)
         starts = self._starts(seqs, level, init_params)
         obj, u0s = self._fit_problem(seqs, level, starts)
+        em = em_fit(self, obj, u0s, seqs, level) if self._uses_em(obj) else None
+        if em is not None and not self.n_perturb:
+            best_u, self.fit_result_, counts = em
+            self.fit_result_.update(final_objective=float(self.fit_result_["objective"][
+                self.fit_result_["best"]]), final_grad_norm=float(np.nanmin(
+                    self.fit_result_["grad_norm"])))
+            return check_occupancy(self, self.params_type(*obj.unravel(best_u)), seqs,
+                                   counts)
         solve, limit = self._fit_solver(obj.fun, obj.scale, obj.u_full.size)
         # one batch shape for the starts and the perturbation rounds: one compilation
         solve = padded(solve, max(len(starts), self.n_perturb), seqs)
-        res = solve(u0s, np.ones((len(starts), n)))
-        return check_occupancy(self, self._perturbation_restarts(
-            solve, obj, self._best_start(res, limit)), seqs)
+        if em is not None:
+            best_u, self.fit_result_, _ = em
+        else:
+            res = solve(u0s, np.ones((len(starts), n)))
+            best_u = self._best_start(res, limit)
+        return check_occupancy(self, self._perturbation_restarts(solve, obj, best_u), seqs)
+
+    def _uses_em(self, problem) -> bool:
+        """EM first (:mod:`approxcv.models._hmm_em`) unless the model opts out
+        (``fit_em = False``) or has more than ``EM_MAX_DIM`` parameters."""
+        return self.fit_em and problem.u_full.size <= EM_MAX_DIM
 
     def _fit_problem(self, seqs, level, starts):
         """``(Problem at starts[0], (len(starts), D) unconstrained starts)`` of a fit."""
         from ..problem import flat_params, make_problem
         obj = make_problem(self, seqs, starts[0], level=level, checked=True)
-        return obj, jnp.stack([flat_params(self, p)[0] for p in starts])
+        return obj, np.stack([flat_params(self, p)[0] for p in starts])
 
     def _starts(self, seqs: Sequences, level, init_params) -> list:
         """The starts of :meth:`fit`: ``init_params`` (one parameter set or a list of them,
@@ -254,8 +285,7 @@ class HMM(Model):
         ``perturb_frac`` and ``seed``; returns the best parameters (constrained)."""
         best_u = perturbation_restarts(solve, obj, best_u, self.fit_result_, self.n_perturb,
                                        self.perturb_frac, self.seed)
-        # one compiled program, not a dozen eagerly dispatched (and compiled) operations
-        return self.params_type(*[np.asarray(p) for p in jax.jit(obj.unravel)(best_u)])
+        return self.params_type(*obj.unravel(np.asarray(best_u, dtype=np.float64)))
 
     def _fit_solver(self, fun, scale: float, dim: int):
         """``(solve, limit)``: the batched optimiser refining the starts of :meth:`fit`
@@ -284,11 +314,25 @@ class HMM(Model):
 
     # -------------------------------------------------------- to implement
     params_type: type = None
+    #: fit by EM + Newton polish first (:mod:`approxcv.models._hmm_em`); BFGS otherwise
+    fit_em: bool = True
 
     def _emission_log_lik(self, params, x):
         raise NotImplementedError
 
     def _emission_log_prior(self, params):
+        raise NotImplementedError
+
+    def closed_form_m_step(self) -> bool:
+        """Whether :meth:`_emission_m_step` is implemented (EM then needs no Newton M-step)."""
+        return False
+
+    def _emission_m_step(self, params, r, x, data):
+        """Emission parameters maximising ``sum_t sum_k r_tk log p(x_t | z_t = k) + log
+        prior`` (or at least not lowering it: one conditional-maximisation sweep), given
+        posterior marginals ``r (N, K)`` of the observed steps ``x (N, ...)``; returns
+        ``params`` with the emission fields replaced. Optional (see
+        :meth:`closed_form_m_step`)."""
         raise NotImplementedError
 
     def _emission_constraints(self) -> tuple:

@@ -63,6 +63,14 @@ class PoissonHMM(HMM):
     def _emission_constraints(self):
         return (C.Positive(),)
 
+    def closed_form_m_step(self) -> bool:
+        return True
+
+    def _emission_m_step(self, params, r, x, data):
+        """``lambda_k = (sum_t r_tk x_t + a - 1) / (sum_t r_tk + b)`` (Gamma(a, b) MAP)."""
+        num = jnp.maximum(r.T @ x + self.rate_shape - 1.0, 1e-10)
+        return params._replace(rates=num / (jnp.sum(r, 0) + self.rate_rate))
+
     def _initial_emissions(self, x, rng, i):
         """Rates at jittered quantiles of the counts (plain quantiles for the first start)."""
         k = self.n_states

@@ -263,6 +263,9 @@ class TimeVaryingPoisson(HMM):
                 C.Simplex(float(self.num_slots)), C.Positive(), C.Positive())
 
     # ------------------------------------------------------------------ fit
+    #: the damped Newton below converges in a few steps; no EM stage
+    fit_em = False
+
     def _fit_solver(self, fun, scale: float, dim: int):
         """:meth:`HMM.fit` refines the starts by damped Newton (one ``vmap``), not BFGS.
 

@@ -53,13 +53,16 @@ def value_and_derivatives(fun, u, w, data, with_jacobian: bool = True):
     return _compiled_derivatives()(fun, u, w, data, bool(with_jacobian))
 
 
-def newton_polish(fun, u, w, data, num_steps: int = 2):
+def newton_polish(fun, u, w, data, num_steps: int = 2, *, stop_gtol: float = 0.0,
+                  max_rise: float = np.inf):
     """Up to ``num_steps`` safeguarded Newton steps on ``fun(u, w, data)`` from ``u``.
 
     A step ``u - H^{-1} g`` is kept only if ``H`` is positive definite (Cholesky), the new
     point is finite and the objective does not rise or the gradient norm halves (next to the
     minimum, ``F`` changes by less than its round-off, so the objective alone would reject
-    the steps that matter most); the first rejected step ends the polish. Runs in Python on
+    the steps that matter most) while ``F`` rises by at most ``max_rise`` (a step from
+    farther away could otherwise land on a saddle); the first rejected step ends the
+    polish, and so does a gradient norm at most ``stop_gtol``. Runs in Python on
     :func:`value_and_derivatives` (``J`` included when ``D x n <= POLISH_JACOBIAN_MAX``, so
     that the IJ at the polished fit reuses the compiled program).
 
@@ -71,6 +74,8 @@ def newton_polish(fun, u, w, data, num_steps: int = 2):
     value, grad, hess, _ = value_and_derivatives(fun, u, w, data, with_jacobian)
     value, grad, hess = float(value), np.asarray(grad), np.asarray(hess)
     for _ in range(num_steps if np.isfinite(value) else 0):
+        if np.linalg.norm(grad) <= stop_gtol:
+            break
         try:
             factor = scipy.linalg.cho_factor(0.5 * (hess + hess.T), lower=True)
         except (np.linalg.LinAlgError, ValueError):
@@ -80,7 +85,8 @@ def newton_polish(fun, u, w, data, num_steps: int = 2):
             break
         v_new, g_new, h_new, _ = value_and_derivatives(fun, u_new, w, data, with_jacobian)
         v_new, g_new = float(v_new), np.asarray(g_new)
-        if not (v_new <= value or np.linalg.norm(g_new) < 0.5 * np.linalg.norm(grad)):
+        if not ((v_new <= value or np.linalg.norm(g_new) < 0.5 * np.linalg.norm(grad))
+                and v_new <= value + max_rise):
             break
         u, value, grad, hess = u_new, v_new, g_new, np.asarray(h_new)
     return u, value, float(np.linalg.norm(grad))

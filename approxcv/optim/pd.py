@@ -17,6 +17,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
+import scipy.linalg
 
 from ..errors import JitterWarning, NotPositiveDefiniteError
 
@@ -86,7 +87,10 @@ def factor_hessian(hess, name: str = "Hessian", warn: bool = True) -> HessianFac
 
 
 def solve(factor: HessianFactor, rhs):
-    """Return ``(H + jitter I)^{-1} rhs`` from the Cholesky factor; ``rhs`` is ``(D,)`` or ``(D, m)``."""
+    """Return ``(H + jitter I)^{-1} rhs`` from the Cholesky factor; ``rhs`` is ``(D,)`` or
+    ``(D, m)``. A NumPy ``rhs`` is solved in SciPy (no program to compile)."""
+    if isinstance(rhs, np.ndarray):
+        return scipy.linalg.cho_solve((np.asarray(factor.chol), True), rhs)
     return jsl.cho_solve((factor.chol, True), rhs)
 
 

@@ -1,0 +1,146 @@
+"""EM for hidden Markov models: the fast first stage of :meth:`HMM.fit`.
+
+An HMM's objective is ``F(u, w) = -log Z_w(phi(u)) - log p(u)`` with log-potentials
+``phi = (log pi, log A, l)`` (:meth:`HMM.log_potentials`) and ``log Z_w`` the weighted chain
+log-normaliser (:func:`approxcv.inference.chain.weighted_log_marginal`; at
+``level="structure"`` the weighted sum of the sequences' ``log Z``). That is the form
+:mod:`approxcv.optim.em` needs, so every HMM — whatever its emissions — gets generalised EM:
+the E-step is forward-backward (the gradient of ``log Z`` in ``phi``), the M-step the
+model's closed form where it has one (:meth:`HMM._emission_m_step`: Gaussian, Poisson,
+categorical emissions), else a damped Newton step on the expected complete-data objective.
+
+:func:`em_fit` runs EM from every start in one compiled batched loop, then exact Newton
+steps on ``F`` from the best EM point (:func:`~approxcv.optim.newton.newton_polish`, on the
+``(F, g, H, J)`` program the IJ reuses). It returns ``None`` — and :meth:`HMM.fit` falls
+back to BFGS from the EM points — when the polished gradient is not below the fit's
+tolerance. EM converges in tens of cheap iterations where BFGS needs about 50 steps each
+with a line search: a 2-state Gaussian HMM on 1,500 steps fits in a quarter of the time.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..inference import chain
+from ..optim.em import batched_em
+from ..optim.newton import newton_polish
+
+#: EM iterations at most, and the tolerance on the decrease of ``F`` per iteration
+#: (relative to the objective's scale, the number of observed steps)
+EM_MAX_STEPS, EM_TOL = 200, 1e-8
+#: exact Newton steps on ``F`` after EM, ending early at a gradient norm of
+#: ``STOP_GTOL * scale`` (round-off level); a step may raise ``F`` by ``MAX_RISE * scale``
+POLISH_STEPS, STOP_GTOL, MAX_RISE = 3, 1e-11, 1e-9
+#: the fit's convergence test (as BFGS's): ``||g|| <= GTOL * scale``
+GTOL = 1e-7
+#: EM is used up to this many parameters (its M-step forms a ``D x D`` Hessian per start)
+EM_MAX_DIM = 200
+
+
+@functools.lru_cache(maxsize=64)
+def em_parts(model, unravel, level: str, scheme: str = "A"):
+    """``(potentials(u, data), log_partition(phi, w, data), log_prior(u, data))`` of an HMM
+    objective on the flat vector ``u`` (``unravel``: the Problem's); cached per model
+    configuration, so the compiled EM program is reused."""
+    def potentials(u, seqs):
+        params = unravel(u)
+        if level == "within":
+            return model.log_potentials(params, seqs.x[0], seqs.mask[0])
+        return jax.vmap(lambda x, m: model.log_potentials(params, x, m))(seqs.x, seqs.mask)
+
+    def log_partition(phi, w, seqs):
+        if level == "within":
+            return chain.weighted_log_marginal(*phi, w, scheme)
+        return jnp.dot(w, jax.vmap(chain.log_normalizer)(*phi))
+
+    def log_prior(u, seqs):
+        return model.log_prior(unravel(u), seqs)
+
+    return potentials, log_partition, log_prior
+
+
+def _dirichlet_map(counts, concentration):
+    """MAP of probabilities (last axis) under a symmetric Dirichlet prior given expected
+    counts: ``p_k ∝ counts_k + alpha - 1`` (floored at 1e-10 for ``alpha < 1``; EM then
+    rejects the step if it raises the objective)."""
+    num = jnp.maximum(counts + concentration - 1.0, 1e-10)
+    return num / jnp.sum(num, axis=-1, keepdims=True)
+
+
+@functools.lru_cache(maxsize=64)
+def closed_form_m_step(model, unravel, level: str):
+    """The exact M-step ``m_step(u, stats, seqs) -> u`` when the model has a closed-form
+    emission M-step (:meth:`HMM._emission_m_step`), else ``None`` (Newton M-step).
+
+    Initial and transition probabilities: Dirichlet MAP of the expected counts (the
+    gradients of ``log Z`` in ``log pi`` and ``log A``); emissions: the model's update from
+    the posterior marginals ``r (N, K)`` of the ``N`` observed steps, flattened over
+    sequences (padded steps carry ``r = 0``).
+    """
+    if not model.closed_form_m_step():
+        return None
+    from ..problem import flat_params
+
+    def m_step(u, stats, seqs):
+        params = unravel(u)
+        e_init, e_trans, gamma = stats
+        mask, x = ((seqs.mask[0], seqs.x[0]) if level == "within" else (seqs.mask, seqs.x))
+        if level != "within":
+            e_init, e_trans = jnp.sum(e_init, 0), jnp.sum(e_trans, 0)
+        r = (gamma * mask[..., None]).reshape(-1, gamma.shape[-1])
+        x = x.reshape((-1,) + x.shape[mask.ndim:])
+        params = type(params)(_dirichlet_map(e_init, model.initial_concentration),
+                              _dirichlet_map(e_trans, model.transition_concentration),
+                              *params[2:])
+        return flat_params(model, model._emission_m_step(params, r, x, seqs))[0]
+    return m_step
+
+
+def occupancy(stats, seqs, level: str) -> np.ndarray:
+    """``(rows, K)`` expected observed steps per state from the E-step statistics (the
+    gradient of ``log Z`` in the emission log-likelihoods is ``p(z_t = k | x)``)."""
+    gamma = np.asarray(stats[2])                                   # (rows, [S,] T, K)
+    mask = np.asarray(seqs.mask)[0] if level == "within" else np.asarray(seqs.mask)
+    return np.sum(gamma * mask[..., None], axis=tuple(range(1, gamma.ndim - 1)))
+
+
+def em_fit(model, problem, u0s, seqs, level: str):
+    """EM from every start, Newton polish of the best; ``(u (D,), record, occupancy (K,))``
+    or ``None`` — the caller then fits by BFGS from the same starts, as without EM — when
+    EM did not converge from every start within ``EM_MAX_STEPS`` (EM crawls along flat
+    ridges where BFGS does not) or the polished fit misses the gradient tolerance.
+
+    ``record`` is the fit record of :meth:`HMM.fit` (objective, convergence, gradient norm
+    and EM iterations of every start, ``best``, ``"method": "em"``); only the best start is
+    polished, so the others carry ``converged = False`` and a NaN gradient norm.
+    """
+    rows, n = len(u0s), problem.n_units
+    parts = em_parts(model, problem.unravel, level)
+    solve = batched_em(*parts, float(problem.scale), EM_TOL,
+                       m_step=closed_form_m_step(model, problem.unravel, level))
+    ones = np.ones((rows, n))
+    res = solve(np.asarray(u0s, np.float64), ones, seqs, EM_MAX_STEPS)
+    values = np.where(np.isfinite(np.asarray(res.value)), np.asarray(res.value), np.inf)
+    if not (np.isfinite(values).all() and np.asarray(res.converged).all()):
+        return None           # slow or failed EM somewhere: the BFGS path decides
+    best = int(np.argmin(values))
+    scale = float(problem.scale)
+    u, value, grad_norm = newton_polish(problem.fun, np.asarray(res.u)[best], ones[0], seqs,
+                                        POLISH_STEPS, stop_gtol=STOP_GTOL * scale,
+                                        max_rise=MAX_RISE * scale)
+    if not (np.isfinite(value) and grad_norm <= GTOL * problem.scale):
+        return None
+    # E-step statistics at the polished point (0 EM iterations; same batch shape)
+    at_fit = solve(np.repeat(u[None], rows, 0), ones, seqs, 0)
+    values[best] = value
+    converged = np.zeros(rows, bool)
+    converged[best] = True
+    norms = np.full(rows, np.nan)
+    norms[best] = grad_norm
+    record = {"objective": values, "converged": converged, "grad_norm": norms,
+              "num_steps": np.asarray(res.num_steps), "best": best, "method": "em",
+              "em_converged": np.asarray(res.converged)}
+    return u, record, occupancy(at_fit.stats, seqs, level)[0]
