@@ -6,7 +6,7 @@ the IJ's derivative sweep, the held-out kernel — which takes seconds, far long
 running them. With the cache, compiled programs are written to
 ``<user cache dir>/approxcv/jax`` (``$XDG_CACHE_HOME`` if set, else ``~/.cache`` on
 Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows) and a later process loads
-them instead of compiling. Programs that take at least ``MIN_COMPILE_SECONDS`` (0.5 s) to
+them instead of compiling. Programs that take at least ``MIN_COMPILE_SECONDS`` (0.3 s) to
 compile are cached — the few that dominate start-up.
 
 * ``APPROXCV_NO_COMPILATION_CACHE=1`` (set before ``import approxcv``) turns it off.
@@ -23,10 +23,12 @@ import sys
 from pathlib import Path
 
 #: programs that compile faster than this are not cached: on jaxlib 0.9-0.10 every entry
-#: loaded from the cache prints three log lines on stderr (jax-ml/jax#38445), so caching
-#: every small program (0 s) made a warm start print ~300 lines; at 0.5 s a warm fit + IJ
-#: loads ~4 programs (12 lines), the ones whose compilation dominates the start-up
-MIN_COMPILE_SECONDS = 0.5
+#: loaded from the cache prints one to three log lines on stderr (jax-ml/jax#38445), so
+#: caching every small program (0 s) made a warm start print ~80 lines; at 0.3 s a warm
+#: fit + IJ of an HMM loads 3 programs (EM, the (F, g, H, J) sweep, the held-out kernel;
+#: 9 lines), the ones whose compilation dominates the start-up. (At 0.5 s the EM program,
+#: 0.4-0.6 s to compile, was cached in one cold run of two.)
+MIN_COMPILE_SECONDS = 0.3
 
 #: environment variable that turns the cache off (any value but "", "0", "false", "no")
 DISABLE_ENV = "APPROXCV_NO_COMPILATION_CACHE"
