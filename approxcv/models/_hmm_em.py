@@ -114,8 +114,9 @@ def em_fit(model, problem, u0s, seqs, level: str):
     ridges where BFGS does not) or the polished fit misses the gradient tolerance.
 
     ``record`` is the fit record of :meth:`HMM.fit` (objective, convergence, gradient norm
-    and EM iterations of every start, ``best``, ``"method": "em"``); only the best start is
-    polished, so the others carry ``converged = False`` and a NaN gradient norm.
+    and EM iterations of every start, ``best``, ``"method": "em"``, ``final_objective``,
+    ``final_grad_norm``); only the best start is polished, so the others carry
+    ``converged = False`` and a NaN gradient norm.
     """
     rows, n = len(u0s), problem.n_units
     parts = em_parts(model, problem.unravel, level)
@@ -142,5 +143,6 @@ def em_fit(model, problem, u0s, seqs, level: str):
     norms[best] = grad_norm
     record = {"objective": values, "converged": converged, "grad_norm": norms,
               "num_steps": np.asarray(res.num_steps), "best": best, "method": "em",
-              "em_converged": np.asarray(res.converged)}
+              "em_converged": np.asarray(res.converged), "final_objective": float(value),
+              "final_grad_norm": float(grad_norm)}
     return u, record, occupancy(at_fit.stats, seqs, level)[0]

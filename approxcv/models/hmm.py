@@ -240,9 +240,6 @@ class HMM(Model):
         em = em_fit(self, obj, u0s, seqs, level) if self._uses_em(obj) else None
         if em is not None and not self.n_perturb:
             best_u, self.fit_result_, counts = em
-            self.fit_result_.update(final_objective=float(self.fit_result_["objective"][
-                self.fit_result_["best"]]), final_grad_norm=float(np.nanmin(
-                    self.fit_result_["grad_norm"])))
             return check_occupancy(self, self.params_type(*obj.unravel(best_u)), seqs,
                                    counts)
         solve, limit = self._fit_solver(obj.fun, obj.scale, obj.u_full.size)

@@ -146,3 +146,14 @@ def test_em_record_marks_unpolished_starts():
     assert rec["final_grad_norm"] <= 1e-7 * 200
     assert rec["em_converged"].all() and (rec["num_steps"] > 0).all()
     assert rec["state_occupancy"].sum() == pytest.approx(200, rel=1e-10)
+
+
+def test_perturbation_restarts_follow_an_em_fit():
+    from tests.conftest import simulate_overdispersed_counts
+    x = simulate_overdispersed_counts()
+    model = acv.models.PoissonHMM(4, n_init=1, seed=2, n_perturb=2)
+    model.fit(x)
+    rec = model.fit_result_
+    assert rec["method"] == "em" and "perturbation" in rec
+    assert rec["final_objective"] <= rec["objective"][rec["best"]] + 1e-9 * len(x)
+    assert rec["final_grad_norm"] <= 1e-7 * len(x)
