@@ -34,7 +34,8 @@ class Problem(NamedTuple):
     of ``F`` for optimiser tolerances; starts: ``(R, D)`` unconstrained starting points from
     the model's own initialisation (for exact-CV restarts), possibly empty; key: a hashable
     description of the model configuration, scheme and level (for checkpoints); refit_solver:
-    the model's preferred exact-CV optimiser or ``None``.
+    the model's preferred exact-CV optimiser or ``None``; batch_rows: how batched refits
+    evaluate their rows (the model's ``batch_rows``).
 
     ERM extras (model-declared capabilities turned into plain fields; ``None`` otherwise):
     glm: :class:`GLMStructure` (``F = sum_i w_i loss(a_i^T u, y_i) + R(u)``: rank-one
@@ -57,6 +58,7 @@ class Problem(NamedTuple):
     glm: Any = None
     refit: Callable | None = None
     fold_check: Callable | None = None
+    batch_rows: str = "vmap"
 
 
 class GLMStructure(NamedTuple):
@@ -159,4 +161,5 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     return Problem(fun, heldout, prepared, u_full, unravel, int(n_units),
                    float(n_units if scale is None else scale), starts,
                    (model, scheme, level), getattr(model, "refit_solver", None),
-                   None if glm is None else GLMStructure(*glm), refit, checker)
+                   None if glm is None else GLMStructure(*glm), refit, checker,
+                   getattr(model, "batch_rows", "vmap"))

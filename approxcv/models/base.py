@@ -21,8 +21,10 @@ Optional capabilities are *declared* here with their defaults, never sniffed:
 ``objective_scale(data)`` (normaliser of optimiser tolerances, default ``n_units``),
 ``local_model(params, data)`` (a smooth surrogate for non-smooth objectives, default
 ``None``), ``refit_solver`` (the exact-CV optimiser a model prefers, default ``None``: by
-size), ``refit_restarts`` (default number of extra exact-CV starts, ``None``: by size)
-and, for ERM, ``glm_structure``, ``batched_refit`` and ``fold_check`` (below).
+size), ``refit_restarts`` (default number of extra exact-CV starts, ``None``: by size),
+``batch_rows`` (how the optimisers evaluate a batch of starts or folds: ``"vmap"``, or
+``"map"`` — in sequence, on CPU — for objectives with a recursion over time) and, for ERM,
+``glm_structure``, ``batched_refit`` and ``fold_check`` (below).
 
 Hyperparameters are hashable by construction: :meth:`Model.static_key` is the tuple of
 public attributes (a model with an unhashable hyperparameter — a graph, a kernel — must
@@ -68,6 +70,9 @@ class Model:
     refit_solver: str | None = None
     #: default number of exact-CV refits from the model's own starts besides the warm start
     refit_restarts: int | None = None
+    #: how batched optimisers evaluate the rows (starts, folds) of a batch:
+    #: :func:`approxcv.optim.quasi_newton.over_rows` (``"vmap"`` or ``"map"``)
+    batch_rows: str = "vmap"
 
     # ----------------------------------------------------------- identity
     def static_key(self) -> tuple:

@@ -295,7 +295,7 @@ class HMM(Model):
         compiled inside the loop.
         """
         newton_steps, method = fit_method(dim)
-        bfgs = batched_minimize(fun, scale, self.max_steps, 0, method)
+        bfgs = batched_minimize(fun, scale, self.max_steps, 0, method, self.batch_rows)
 
         def solve(u0s, weights, data):
             res = bfgs(u0s, weights, data)
@@ -313,6 +313,9 @@ class HMM(Model):
     params_type: type = None
     #: fit by EM + Newton polish first (:mod:`approxcv.models._hmm_em`); BFGS otherwise
     fit_em: bool = True
+    #: batched fits and refits evaluate their rows in sequence on CPU: a ``vmap``ped
+    #: forward pass carries the batch through every time step (twice slower)
+    batch_rows: str = "map"
 
     def _emission_log_lik(self, params, x):
         raise NotImplementedError

@@ -273,7 +273,7 @@ class TimeVaryingPoisson(HMM):
         profile), which the custom derivatives of the convolution make cheap; far fewer
         steps than BFGS.
         """
-        return (batched_newton_minimize(fun, scale, self.max_newton_steps),
+        return (batched_newton_minimize(fun, scale, self.max_newton_steps, self.batch_rows),
                 f"{self.max_newton_steps} Newton steps")
 
     def _init_params(self, seqs: Sequences, n_init: int, seed: int) -> list:

@@ -18,7 +18,7 @@ import scipy.linalg
 from jax import lax
 
 from .hessian import hessian_by_hvp
-from .quasi_newton import MinimizeResult, compiler_options
+from .quasi_newton import MinimizeResult, compiler_options, over_rows
 
 #: largest ``D x n`` for which :func:`newton_polish` asks for ``J`` too (32 MB): the
 #: IJ then finds the program compiled; larger ``J`` is not worth forming for a polish
@@ -202,10 +202,13 @@ def newton_minimize(fun, u0, args=None, *, max_steps: int = 30, scale: float = 1
 
 
 @functools.lru_cache(maxsize=64)
-def batched_newton_minimize(fun, scale: float, max_steps: int):
-    """``jit(vmap(newton_minimize))`` for ``fun(u, w, data)``; same calling convention as
-    :func:`batched_minimize`: ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult``."""
-    def one(u0, w, data):
-        return newton_minimize(lambda u, a: fun(u, a[0], a[1]), u0, (w, data),
-                               max_steps=max_steps, scale=scale)
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, None)), compiler_options=compiler_options())
+def batched_newton_minimize(fun, scale: float, max_steps: int, rows: str = "vmap"):
+    """:func:`newton_minimize` over rows (:func:`~approxcv.optim.quasi_newton.over_rows`)
+    for ``fun(u, w, data)``, jitted; same calling convention as :func:`batched_minimize`:
+    ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult``."""
+    def solve(u0s, weights, data):
+        def one(u0, w):   # data among the args: they size the Hessian's tangent chunks
+            return newton_minimize(lambda u, a: fun(u, a[0], a[1]), u0, (w, data),
+                                   max_steps=max_steps, scale=scale)
+        return over_rows(one, rows)(u0s, weights)
+    return jax.jit(solve, compiler_options=compiler_options())

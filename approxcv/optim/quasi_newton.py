@@ -191,16 +191,41 @@ def _newton_polish(fun, u, f, g, args, num_steps: int):
     return u, f, g
 
 
+def over_rows(fn, rows: str = "vmap"):
+    """``fn(*row_args)`` applied to every row of its (leading-axis batched) arguments:
+    ``jax.vmap`` (``rows="vmap"``), or ``lax.map`` — the rows in sequence inside one
+    program — for ``rows="map"`` on CPU. A recursion over time (an HMM's forward pass)
+    ``vmap``ped over rows carries the batch through every step, which on CPU ran about
+    twice slower for exact-CV refits of HMMs (and seven times slower for a bare
+    forward-backward) than the same rows in sequence; elsewhere, and for models without
+    such a recursion, ``vmap`` is used. Arguments that are ``None`` are passed through."""
+    if rows != "map" or jax.default_backend() != "cpu":
+        def batched(*args):
+            return jax.vmap(fn, tuple(None if a is None else 0 for a in args))(*args)
+        return batched
+
+    def mapped(*args):
+        batched = [i for i, a in enumerate(args) if a is not None]
+
+        def one(row):
+            full = list(args)
+            for i, r in zip(batched, row):
+                full[i] = r
+            return fn(*full)
+        return lax.map(one, tuple(args[i] for i in batched))
+    return mapped
+
+
 def _minimize_batch(fun, u0s, args, *, max_steps, rtol, atol, scale, newton_steps, gtol,
-                    method):
+                    method, rows: str = "vmap"):
     """:func:`minimize` of ``fun(u, args_i)`` from every row of ``u0s (b, D)``, with
-    ``args`` batched along its leading axis (``None``: no arguments)."""
+    ``args`` batched along its leading axis (``None``: no arguments); the objective of
+    the rows is evaluated by :func:`over_rows`."""
     limited = method == "lbfgs"
     if limited:
         newton_steps = 0
     scaled = lambda u, a: fun(u, a) / scale  # noqa: E731
-    axes = None if args is None else 0
-    value_and_grad = jax.vmap(jax.value_and_grad(scaled), (0, axes))
+    value_and_grad = over_rows(jax.value_and_grad(scaled), rows)
     step = jax.vmap(functools.partial(_step, rtol=rtol, atol=atol, limited=limited))
     # stop at a tenth of the convergence threshold, so that the Newton polish (or, without
     # it, the gradient test below) starts from a point that already passes
@@ -233,8 +258,8 @@ def _minimize_batch(fun, u0s, args, *, max_steps, rtol, atol, scale, newton_step
     # the start was not finite)
     u, value, grad = final.u, jnp.where(final.first, jnp.nan, final.f * scale), final.g * scale
     if newton_steps:
-        u, value, grad = jax.vmap(lambda *a: _newton_polish(fun, *a, newton_steps),
-                                  (0, 0, 0, axes))(u, value, grad, args)
+        u, value, grad = over_rows(lambda *a: _newton_polish(fun, *a, newton_steps),
+                                   rows)(u, value, grad, args)
     grad_norm = jnp.linalg.norm(grad, axis=-1)
     converged = ((stopped | (grad_norm <= gtol * scale)) & jnp.isfinite(value)
                  & jnp.all(jnp.isfinite(u), -1))
@@ -274,16 +299,19 @@ def minimize(fun, u0, args=None, *, max_steps: int = 1000, rtol: float = 1e-10,
 
 @functools.lru_cache(maxsize=64)
 def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int,
-                     method: str = "bfgs"):
+                     method: str = "bfgs", rows: str = "vmap"):
     """:func:`minimize` over a batch of starting points and weights for ``fun(u, w, data)``.
 
     Returns ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult`` with a leading
     batch axis: one ``jit``-compiled ``while_loop`` in which every start stops on its own
     test; built (and compiled) once per objective, settings and batch shape. Used both by
     model fits (several starts, unit weights) and by exact CV (one warm start, many folds).
+    ``rows``: how the rows' objectives are evaluated (:func:`over_rows`; a model's
+    ``batch_rows``).
     """
     def solve(u0s, weights, data):
         return _minimize_batch(lambda u, w: fun(u, w, data), u0s, weights,
                                max_steps=max_steps, rtol=1e-10, atol=1e-10, scale=scale,
-                               newton_steps=newton_steps, gtol=1e-7, method=method)
+                               newton_steps=newton_steps, gtol=1e-7, method=method,
+                               rows=rows)
     return jax.jit(solve, compiler_options=compiler_options())

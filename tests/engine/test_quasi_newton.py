@@ -91,3 +91,32 @@ def test_shared_derivatives_equal_the_engine_sweep_and_polish_reaches_round_off(
     out = polish_rows(weighted, res, np.stack([w, w, w]), a, float(n))
     assert np.all(out.grad_norm < 1e-9) and np.asarray(out.converged).all()
     np.testing.assert_array_equal(out.u[0], out.u[1])       # a repeated row is copied
+
+
+@pytest.mark.parametrize("solver", ["bfgs", "newton"])
+def test_rows_in_sequence_give_the_vmapped_result(solver):
+    """``rows="map"`` (an HMM's ``batch_rows``: refits of a batch in sequence, on CPU) is
+    the same computation as ``vmap`` over the rows, only scheduled differently."""
+    import approxcv as acv
+    from approxcv.optim import batched_newton_minimize
+    from approxcv.optim.quasi_newton import over_rows
+    x = np.random.default_rng(3).poisson(np.repeat([2.0, 8.0, 3.0], 40))
+    model = acv.models.PoissonHMM(2)
+    problem = acv.make_problem(model, x, model.fit(x))
+    weights = np.ones((3, 120))
+    weights[0, :10] = weights[1, 50:70] = weights[2, ::7] = 0.0
+    u0s = np.tile(np.asarray(problem.u_full), (3, 1))
+    out = {}
+    for rows in ("vmap", "map"):
+        solve = (batched_minimize(problem.fun, problem.scale, 500, 2, "bfgs", rows)
+                 if solver == "bfgs" else
+                 batched_newton_minimize(problem.fun, problem.scale, 30, rows))
+        out[rows] = solve(u0s, weights, problem.data)
+    assert np.asarray(out["map"].converged).all()
+    np.testing.assert_allclose(np.asarray(out["map"].value), np.asarray(out["vmap"].value),
+                               rtol=1e-11)
+    np.testing.assert_allclose(np.asarray(out["map"].u), np.asarray(out["vmap"].u),
+                               rtol=0, atol=1e-6)
+    # None arguments pass through; rows are mapped over the others
+    f = over_rows(lambda a, b: a.sum() if b is None else a.sum() + b, "map")
+    np.testing.assert_allclose(np.asarray(f(jnp.ones((4, 3)), None)), 3.0)

@@ -64,7 +64,7 @@ def refit_solver(problem, options) -> str:
 
 
 class RefitBatch:
-    """Picklable task refitting a batch of (fold, start) pairs with one ``jit(vmap)`` call.
+    """Picklable task refitting a batch of (fold, start) pairs with one jitted call.
 
     ``__call__(u0s (b, D), weights (b, n), data) -> dict of (b,)/(b, D) NumPy arrays``:
     ``u``, ``converged``, ``num_steps``, ``grad_norm`` and ``objective`` (the fold
@@ -73,8 +73,9 @@ class RefitBatch:
     """
 
     def __init__(self, fun, scale: float, solver: str, pad_to: int, max_steps: int | None = None,
-                 newton_steps: int = 2, refit=None):
+                 newton_steps: int = 2, refit=None, rows: str = "vmap"):
         self.fun, self.scale, self.solver, self.pad_to = fun, scale, solver, pad_to
+        self.rows = rows            # how a batch's rows are evaluated (optim.over_rows)
         self.refit = refit          # the model's own solver, used when solver == "model"
         self.max_steps = max_steps or (50 if solver == "newton" else 1000)
         self.newton_steps = newton_steps
@@ -83,9 +84,10 @@ class RefitBatch:
         if self.solver == "model":
             return self.refit
         if self.solver == "newton":
-            return batched_newton_minimize(self.fun, self.scale, self.max_steps)
+            return batched_newton_minimize(self.fun, self.scale, self.max_steps, self.rows)
         return batched_minimize(self.fun, self.scale, self.max_steps,
-                                0 if self.solver == "lbfgs" else self.newton_steps, self.solver)
+                                0 if self.solver == "lbfgs" else self.newton_steps, self.solver,
+                                self.rows)
 
     def __call__(self, u0s, weights, data):
         size = len(weights)
@@ -181,7 +183,8 @@ def exact(problem, folds, options):
     ids = [int(i) for i in folds.ids]
     digest_of = dict(zip(ids, digests))
     per = max(1, options.exact_batch_size // n_starts)
-    task = RefitBatch(problem.fun, problem.scale, solver, per * n_starts, refit=problem.refit)
+    task = RefitBatch(problem.fun, problem.scale, solver, per * n_starts, refit=problem.refit,
+                      rows=problem.batch_rows)
     ckpt = (None if options.checkpoint is None else
             _open_checkpoint(options.checkpoint, problem, task, starts, dim))
     done = {} if ckpt is None else ckpt.load(ids, digests)
