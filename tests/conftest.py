@@ -39,7 +39,7 @@ def simulate_overdispersed_counts(seed=2):
 def poisson_local_optimum():
     """``(model, x, params)``: one start of ``PoissonHMM(4)`` fitted by BFGS ends in a local
     optimum (objective 277.37) that is not the best (perturbation restarts reach 274.36;
-    EM from the same start happens to reach it directly, hence ``fit_em=False``)."""
+    so does EM from the same start, given 145 iterations: hence ``fit_em=False``)."""
     x = simulate_overdispersed_counts()
     model = acv.models.PoissonHMM(4, n_init=1, seed=2, fit_em=False)
     return model, x, model.fit(x)

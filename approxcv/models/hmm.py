@@ -215,7 +215,7 @@ class HMM(Model):
         refined by generalised EM in one compiled loop and the best EM point is polished
         by exact Newton steps (:mod:`approxcv.models._hmm_em`); when EM does not converge
         from every start, or the polish misses the gradient tolerance, the BFGS path runs
-        from the same starts. That path refines the starts by BFGS + Newton polish together
+        from the same starts. That path refines the starts by BFGS + Newton together
         in one compiled batched loop (padded to one batch shape shared with the
         perturbation rounds, so a fit compiles once per model and data shape); above
         ``approxcv.optim.MAX_DENSE_DIM`` parameters by L-BFGS without Newton polish
@@ -223,7 +223,8 @@ class HMM(Model):
         improved by perturbation restarts (:func:`approxcv.fitting.perturbation_restarts`).
         The run is recorded in ``self.fit_result_`` (objective, gradient norm and
         convergence of every start — with EM only the best start is polished, so only it
-        is ``converged`` —, ``"method": "em"`` when EM fitted it, ``final_objective`` and
+        is ``converged`` —, ``"method"``: ``"em"`` when EM fitted it, ``"bfgs"`` with
+        ``"em_steps"`` when EM ran but left the fit to BFGS, ``final_objective`` and
         ``final_grad_norm`` of the returned fit).
 
         Args:
@@ -238,18 +239,20 @@ class HMM(Model):
         starts = self._starts(seqs, level, init_params)
         obj, u0s = self._fit_problem(seqs, level, starts)
         em = em_fit(self, obj, u0s, seqs, level) if self._uses_em(obj) else None
-        if em is not None and not self.n_perturb:
-            best_u, self.fit_result_, counts = em
-            return check_occupancy(self, self.params_type(*obj.unravel(best_u)), seqs,
-                                   counts)
+        finished = em is not None and em.u is not None
+        if finished and not self.n_perturb:
+            self.fit_result_ = em.record
+            return check_occupancy(self, self.params_type(*obj.unravel(em.u)), seqs,
+                                   em.occupancy)
         solve, limit = self._fit_solver(obj.fun, obj.scale, obj.u_full.size)
         # one batch shape for the starts and the perturbation rounds: one compilation
         solve = padded(solve, max(len(starts), self.n_perturb), seqs)
-        if em is not None:
-            best_u, self.fit_result_, _ = em
-        else:
+        if finished:
+            best_u, self.fit_result_ = em.u, em.record
+        else:       # BFGS from the starts (EM, if it ran, did not finish)
             res = solve(u0s, np.ones((len(starts), n)))
-            best_u = self._best_start(res, limit)
+            best_u = self._best_start(res, limit, **({} if em is None else {
+                "method": "bfgs", "em_steps": em.steps}))
         return check_occupancy(self, self._perturbation_restarts(solve, obj, best_u), seqs)
 
     def _uses_em(self, problem) -> bool:

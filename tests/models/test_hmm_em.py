@@ -128,7 +128,8 @@ def test_em_that_does_not_converge_hands_over_to_bfgs(monkeypatch):
     model, x = _data("gaussian", seed=6)
     monkeypatch.setattr(hmm_em, "EM_MAX_STEPS", 1)
     params = model.fit(x)
-    assert "method" not in model.fit_result_          # the BFGS path ran
+    assert model.fit_result_["method"] == "bfgs"       # the BFGS path ran after EM
+    assert (model.fit_result_["em_steps"] == 1).all()
     assert bool(model.fit_result_["converged"].all())
     model.fit_em = False
     ref = model.fit(x)
@@ -151,7 +152,7 @@ def test_em_record_marks_unpolished_starts():
 def test_perturbation_restarts_follow_an_em_fit():
     from tests.conftest import simulate_overdispersed_counts
     x = simulate_overdispersed_counts()
-    model = acv.models.PoissonHMM(4, n_init=1, seed=2, n_perturb=2)
+    model = acv.models.PoissonHMM(3, n_init=1, seed=2, n_perturb=2)
     model.fit(x)
     rec = model.fit_result_
     assert rec["method"] == "em" and "perturbation" in rec
