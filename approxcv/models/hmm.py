@@ -75,8 +75,7 @@ class HMM(Model):
         if not 0.0 < self.perturb_frac < 1.0:
             raise InvalidArgumentError(
                 f"`perturb_frac` must lie in (0, 1), got {perturb_frac!r}")
-        if fit_em is not None:
-            self.fit_em = bool(fit_em)
+        self.fit_em = type(self).fit_em if fit_em is None else bool(fit_em)
         self.fit_result_: dict | None = None
 
     # ----------------------------------------------------------------- data

@@ -4,8 +4,9 @@ safeguarded Newton polish.
 The iteration is optimistix's ``BFGS`` / ``LBFGS`` (inverse-Hessian updates skipped when
 ``s^T y <= eps``, backtracking Armijo line search with slope 0.1 and halving, Cauchy test on
 the change in ``u`` and ``F`` under the max norm) plus a gradient stop, written as one
-``lax.while_loop`` over a *batch* of starts: the objective is ``vmap``ped inside the loop
-body, not the loop, so the body is traced once and each start stops on its own test
+``lax.while_loop`` over a *batch* of starts: the objective is evaluated over the batch
+inside the loop body (``vmap``ped, or row by row: :func:`over_rows`), not around the loop,
+so the body is traced once and each start stops on its own test
 (``tests/engine/test_quasi_newton.py`` checks it against optimistix step for step). A
 start whose line search has shrunk the step below round-off stops instead of idling to
 ``max_steps``. Tracing it takes about a third of the time the optimistix version took, and
@@ -205,14 +206,14 @@ def over_rows(fn, rows: str = "vmap"):
         return batched
 
     def mapped(*args):
-        batched = [i for i, a in enumerate(args) if a is not None]
+        present = [i for i, a in enumerate(args) if a is not None]
 
         def one(row):
             full = list(args)
-            for i, r in zip(batched, row):
+            for i, r in zip(present, row):
                 full[i] = r
             return fn(*full)
-        return lax.map(one, tuple(args[i] for i in batched))
+        return lax.map(one, tuple(args[i] for i in present))
     return mapped
 
 
