@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .newton import newton_minimize
-from .quasi_newton import compiler_options
+from .quasi_newton import compiler_options, over_rows
 
 __all__ = ["EMResult", "em_minimize", "batched_em"]
 
@@ -112,9 +112,10 @@ def batched_em(potentials, log_partition, log_prior, scale: float, tol: float,
     max_steps) -> EMResult`` with a leading batch axis; one ``jit``-compiled program per
     model configuration, data shape and batch shape (``max_steps`` is traced).
 
-    The starts run one after another (``lax.map``), not ``vmap``ped: a ``vmap``ped
+    On CPU the starts run one after another (``lax.map``), not ``vmap``ped: a ``vmap``ped
     recursion over time (forward-backward) carries a batch through every step and ran
-    seven times slower than the same starts in sequence (2-state chain, 1,500 steps).
+    seven times slower than the same starts in sequence (2-state chain, 1,500 steps);
+    elsewhere they are ``vmap``ped (:func:`~approxcv.optim.quasi_newton.over_rows`).
     """
     def one(u0, w, data, max_steps):
         return em_minimize(potentials, log_partition, log_prior, u0, w, data,
@@ -122,5 +123,5 @@ def batched_em(potentials, log_partition, log_prior, scale: float, tol: float,
                            m_step=m_step)
 
     def solve(u0s, weights, data, max_steps):
-        return lax.map(lambda row: one(row[0], row[1], data, max_steps), (u0s, weights))
+        return over_rows(lambda u0, w: one(u0, w, data, max_steps), "map")(u0s, weights)
     return jax.jit(solve, compiler_options=compiler_options())
