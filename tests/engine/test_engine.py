@@ -217,3 +217,19 @@ def test_exact_refits_run_on_concurrent_futures_executors(kind):
                      exact_batch_size=2, executor=ex)
     expected = np.stack([exact_minimiser_weighted_quadratic(w, *raw) for w in W])
     np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-7, atol=1e-8)
+
+
+def test_best_of_starts_without_a_converged_start_is_quiet_and_keeps_the_warm_start():
+    """A fold whose refits all failed keeps row 0 with zero gap and spread, and computing
+    that raises no floating-point warning (inf - inf is masked, not evaluated loudly)."""
+    import warnings
+    from approxcv.engine.methods.exact import _best_of_starts
+    out = {"converged": np.array([False, False, True, True]),
+           "objective": np.array([np.nan, np.inf, 5.0, 2.0]),
+           "u": np.arange(8.0).reshape(4, 2)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rec = _best_of_starts(out, n_folds=2, n_starts=2, scale=1.0)
+    np.testing.assert_array_equal(rec["warm_gap"], [0.0, 3.0])
+    np.testing.assert_array_equal(rec["start_spread"], [0.0, 3.0])
+    np.testing.assert_array_equal(rec["u"], [[0.0, 1.0], [6.0, 7.0]])

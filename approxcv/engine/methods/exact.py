@@ -113,8 +113,9 @@ def _best_of_starts(out: dict, n_folds: int, n_starts: int, scale: float) -> dic
     rows = np.arange(n_folds)
     rec = {k: v[rows, best] for k, v in shaped.items()}
     hi = np.where(ok, shaped["objective"], -np.inf).max(1)
-    rec["start_spread"] = np.where(ok.sum(1) > 1, hi - value.min(1), 0.0)
-    rec["warm_gap"] = np.where(ok[:, 0] & ok.any(1), value[:, 0] - value.min(1), 0.0)
+    with np.errstate(invalid="ignore"):      # inf - inf where no start converged: masked
+        rec["start_spread"] = np.where(ok.sum(1) > 1, hi - value.min(1), 0.0)
+        rec["warm_gap"] = np.where(ok[:, 0] & ok.any(1), value[:, 0] - value.min(1), 0.0)
     return rec
 
 
