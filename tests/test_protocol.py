@@ -287,3 +287,44 @@ def test_exact_checkpoint_is_bound_to_data_prior_and_scheme(tmp_path, poisson_sm
         acv.cross_validate(prior, x, folds, "exact", **kw)
     with pytest.raises(CheckpointError, match="scheme"):
         acv.cross_validate(model, x, folds, "exact", scheme="B", **kw)
+
+
+def test_unravel_maps_rows_of_fold_parameters_in_numpy_or_through_a_custom_constraint():
+    """``Problem.unravel`` of a NumPy ``(F, D)`` array gives trees whose leaves have a
+    leading ``F`` axis: in NumPy for the built-in constraints, through a jitted ``vmap``
+    for a user's constraint (whose ``forward`` may handle one row only)."""
+    import jax
+    from approxcv.problem import _functions
+
+    class Doubling(C.Constraint):
+        def forward(self, u):
+            assert u.ndim == 1, "one row at a time"
+            return jnp.exp2(u)
+
+        def inverse(self, value):
+            return jnp.log2(value)
+
+    class Toy:
+        def param_constraints(self):
+            return (Doubling(), C.Real())
+
+        def constrain(self, tree):
+            return C.constrain(self.param_constraints(), tree)
+
+    treedef = jax.tree_util.tree_structure((0, 0))
+    rows = np.arange(6.0).reshape(2, 3)
+    unravel = _functions(Toy(), "A", "within", treedef, ((2,), (1,)))[2]
+    doubled, real = unravel(rows)
+    np.testing.assert_allclose(doubled, 2.0 ** rows[:, :2], rtol=1e-15)
+    np.testing.assert_array_equal(real, rows[:, 2:])
+
+    x = np.random.default_rng(0).poisson(3.0, 60)
+    model = acv.models.PoissonHMM(2)
+    problem = acv.make_problem(model, x, model.fit(x))
+    us = np.stack([np.asarray(problem.u_full), np.asarray(problem.u_full) + 0.1])
+    batched = problem.unravel(us)
+    assert all(isinstance(leaf, np.ndarray) for leaf in batched)
+    for i in range(2):
+        one = problem.unravel(jnp.asarray(us[i]))
+        for a, b in zip(batched, one):
+            np.testing.assert_allclose(a[i], np.asarray(b), rtol=1e-13)
