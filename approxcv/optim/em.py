@@ -41,8 +41,8 @@ __all__ = ["EMResult", "em_minimize", "batched_em"]
 
 class EMResult(NamedTuple):
     """u: last iterate ``(D,)``; value: ``F(u)``; stats: ``dA/dphi`` at ``u`` (expected
-    sufficient statistics, a pytree like ``phi``); converged: the decrease of ``F`` fell
-    below the tolerance; num_steps: EM iterations."""
+    sufficient statistics, a pytree like ``phi``); converged: the last iteration changed
+    ``F`` by at most the tolerance; num_steps: EM iterations."""
     u: jax.Array
     value: jax.Array
     stats: Any
@@ -73,7 +73,9 @@ def em_minimize(potentials, log_partition, log_prior, u0, w, data, *, max_steps,
             u_new`` that does not raise ``Q``, used instead of the Newton steps.
 
     An M-step that does not lower ``F`` (round-off near the optimum, or a non-finite value)
-    is discarded and ends the iteration.
+    is discarded and ends the iteration; ``converged`` holds only when ``F`` moved by at
+    most ``tol * scale`` in the last iteration (not when it ended on a non-finite value or
+    a rise larger than that).
     """
     def e_step(u):
         value, stats = jax.value_and_grad(log_partition)(potentials(u, data), w, data)
@@ -83,26 +85,30 @@ def em_minimize(potentials, log_partition, log_prior, u0, w, data, *, max_steps,
         return -_inner(stats, potentials(u, data)) - log_prior(u, data)
 
     def cond(state):
-        return (~state[3]) & (state[4] < max_steps)
+        return (~state[3]) & (state[5] < max_steps)
 
     def body(state):
-        u, value, stats, _, k = state
+        u, value, stats, _, _, k = state
         if m_step is None:
             u_new = newton_minimize(q, u, stats, max_steps=m_steps, scale=scale).u
         else:
             u_new = m_step(u, stats, data)
         v_new, s_new = e_step(u_new)
-        ok = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(u_new)) & (v_new <= value)
+        finite = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(u_new))
+        ok = finite & (v_new <= value)
         keep = lambda a, b: jax.tree_util.tree_map(  # noqa: E731
             lambda x, y: jnp.where(ok, x, y), a, b)
-        done = (~ok) | (value - v_new <= tol * scale)
-        return (keep(u_new, u), jnp.where(ok, v_new, value), keep(s_new, stats), done, k + 1)
+        # converged: F moved by at most the tolerance (a rise that small is round-off)
+        converged = finite & (jnp.abs(value - v_new) <= tol * scale)
+        return (keep(u_new, u), jnp.where(ok, v_new, value), keep(s_new, stats),
+                (~ok) | converged, converged, k + 1)
 
     u0 = jnp.asarray(u0, jnp.float64)
     value0, stats0 = e_step(u0)
-    u, value, stats, done, steps = lax.while_loop(
-        cond, body, (u0, value0, stats0, jnp.asarray(False), jnp.asarray(0)))
-    return EMResult(u, value, stats, done, steps)
+    false = jnp.asarray(False)
+    u, value, stats, _, converged, steps = lax.while_loop(
+        cond, body, (u0, value0, stats0, false, false, jnp.asarray(0)))
+    return EMResult(u, value, stats, converged, steps)
 
 
 @functools.lru_cache(maxsize=64)
