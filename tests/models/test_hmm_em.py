@@ -158,3 +158,18 @@ def test_perturbation_restarts_follow_an_em_fit():
     assert rec["method"] == "em" and "perturbation" in rec
     assert rec["final_objective"] <= rec["objective"][rec["best"]] + 1e-9 * len(x)
     assert rec["final_grad_norm"] <= 1e-7 * len(x)
+
+
+def test_an_m_step_gone_non_finite_is_discarded_and_not_converged():
+    model, x = _data("poisson", seed=8)
+    seqs, _, n = model.prepare(x)
+    start = model.init_params(seqs, n=1, seed=0)[0]
+    problem = make_problem(model, seqs, start)
+    parts = hmm_em.em_parts(model, problem.unravel, "within")
+    solve = batched_em(*parts, float(problem.scale), 1e-8,
+                       m_step=lambda u, stats, data: u * np.nan)
+    u0 = np.asarray(problem.u_full)[None]
+    res = solve(u0, np.ones((1, n)), seqs, 50)
+    assert not bool(res.converged[0]) and int(res.num_steps[0]) == 1
+    np.testing.assert_array_equal(np.asarray(res.u), u0)
+    assert np.isfinite(float(res.value[0]))
