@@ -318,7 +318,7 @@ def test_unravel_maps_rows_of_fold_parameters_in_numpy_or_through_a_custom_const
     np.testing.assert_allclose(doubled, 2.0 ** rows[:, :2], rtol=1e-15)
     np.testing.assert_array_equal(real, rows[:, 2:])
 
-    x = np.random.default_rng(0).poisson(3.0, 60)
+    x = np.random.default_rng(0).poisson(np.repeat([2.0, 9.0], 30))
     model = acv.models.PoissonHMM(2)
     problem = acv.make_problem(model, x, model.fit(x))
     us = np.stack([np.asarray(problem.u_full), np.asarray(problem.u_full) + 0.1])
