@@ -30,6 +30,7 @@ import numpy as np
 from ..inference import chain
 from ..optim.em import batched_em
 from ..optim.newton import newton_polish
+from ..optim.quasi_newton import GTOL
 
 #: EM iterations at most, and the tolerance on the decrease of ``F`` per iteration
 #: (relative to the objective's scale, the number of observed steps); if a start is still
@@ -38,8 +39,6 @@ EM_MAX_STEPS, EM_TOL = 100, 1e-8
 #: exact Newton steps on ``F`` after EM, ending early at a gradient norm of
 #: ``STOP_GTOL * scale`` (round-off level); a step may raise ``F`` by ``MAX_RISE * scale``
 POLISH_STEPS, STOP_GTOL, MAX_RISE = 3, 1e-11, 1e-9
-#: the fit's convergence test (as BFGS's): ``||g|| <= GTOL * scale``
-GTOL = 1e-7
 #: EM is used up to this many parameters (its M-step forms a ``D x D`` Hessian per start)
 EM_MAX_DIM = 200
 

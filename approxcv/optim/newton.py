@@ -18,7 +18,7 @@ import scipy.linalg
 from jax import lax
 
 from .hessian import hessian_by_hvp
-from .quasi_newton import MinimizeResult, compiler_options, over_rows
+from .quasi_newton import GTOL, MinimizeResult, compiler_options, over_rows
 
 #: largest ``D x n`` for which :func:`newton_polish` asks for ``J`` too (32 MB): the
 #: IJ then finds the program compiled; larger ``J`` is not worth forming for a polish
@@ -93,7 +93,7 @@ def newton_polish(fun, u, w, data, num_steps: int = 2, *, stop_gtol: float = 0.0
 
 
 def polish_rows(fun, res: MinimizeResult, weights, data, scale: float, num_steps: int = 2,
-                gtol: float = 1e-7) -> MinimizeResult:
+                gtol: float = GTOL) -> MinimizeResult:
     """:func:`newton_polish` every finite row of a batched :class:`MinimizeResult`
     (``weights (b, n)``, one row per run); ``converged`` also holds where the polished
     gradient norm is at most ``gtol * scale``. A row equal to an earlier one (same point,
@@ -116,7 +116,7 @@ def polish_rows(fun, res: MinimizeResult, weights, data, scale: float, num_steps
 
 
 def newton_minimize(fun, u0, args=None, *, max_steps: int = 30, scale: float = 1.0,
-                    gtol: float = 1e-7, max_tries: int = 40) -> MinimizeResult:
+                    gtol: float = GTOL, max_tries: int = 40) -> MinimizeResult:
     """Minimise ``fun(u, args)`` by damped (Levenberg-Marquardt) Newton with a dense Hessian.
 
     Each step factors ``H + mu I`` by Cholesky, ``d = (H + mu I)^{-1} g``, and accepts

@@ -33,6 +33,8 @@ from .hessian import hessian_by_hvp
 LBFGS_HISTORY = 10
 #: backtracking Armijo line search: sufficient-decrease slope and step shrink factor
 ARMIJO_SLOPE, BACKTRACK = 0.1, 0.5
+#: a run is converged when ``||grad F|| <= GTOL * scale`` (fits, refits, Newton polish, EM)
+GTOL = 1e-7
 #: a start stops (unconverged unless its gradient is small) once its trial step is below this
 #: fraction of the Cauchy tolerance ``atol + rtol |u|`` in every coordinate
 STALL = 1e-3
@@ -269,7 +271,7 @@ def _minimize_batch(fun, u0s, args, *, max_steps, rtol, atol, scale, newton_step
 
 def minimize(fun, u0, args=None, *, max_steps: int = 1000, rtol: float = 1e-10,
              atol: float = 1e-10, scale: float = 1.0, newton_steps: int = 2,
-             gtol: float = 1e-7, method: str = "bfgs") -> MinimizeResult:
+             gtol: float = GTOL, method: str = "bfgs") -> MinimizeResult:
     """Minimise ``fun(u, args)`` from ``u0`` with BFGS and Newton polishing.
 
     Args:
@@ -313,6 +315,6 @@ def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int,
     def solve(u0s, weights, data):
         return _minimize_batch(lambda u, w: fun(u, w, data), u0s, weights,
                                max_steps=max_steps, rtol=1e-10, atol=1e-10, scale=scale,
-                               newton_steps=newton_steps, gtol=1e-7, method=method,
+                               newton_steps=newton_steps, gtol=GTOL, method=method,
                                rows=rows)
     return jax.jit(solve, compiler_options=compiler_options())
