@@ -83,7 +83,7 @@ def _functions(model, scheme, level, treedef, shapes):
     """
     sizes = [int(np.prod(s)) for s in shapes]
     splits = np.cumsum(sizes)[:-1].tolist()
-    from .models.constraints import BUILT_IN
+    from .models.constraints import BUILT_IN, array_module
     built_in = all(isinstance(c, BUILT_IN) for c in jax.tree_util.tree_leaves(
         model.param_constraints(), is_leaf=lambda c: isinstance(c, BUILT_IN)))
 
@@ -92,7 +92,7 @@ def _functions(model, scheme, level, treedef, shapes):
         (leaves with a leading ``F`` axis, in NumPy when the constraints are built in)."""
         if isinstance(u, np.ndarray) and u.ndim == 2 and not built_in:
             return jax.tree_util.tree_map(np.asarray, _vmapped(unravel, jnp.asarray(u)))
-        xp = np if isinstance(u, np.ndarray) else jnp
+        xp = array_module(u)
         leaves = [p.reshape(u.shape[:-1] + s)
                   for p, s in zip(xp.split(u, splits, axis=-1), shapes)]
         return model.constrain(jax.tree_util.tree_unflatten(treedef, leaves))

@@ -23,7 +23,7 @@ __all__ = ["Constraint", "Real", "Positive", "Simplex", "LowerCholesky", "constr
            "unconstrain", "check_constraints"]
 
 
-def _xp(value):
+def array_module(value):
     """NumPy for NumPy arrays, ``jax.numpy`` otherwise (traced or device arrays): starts,
     a user's parameters and fold parameters are mapped eagerly, where every ``jax.numpy``
     operation is a small program to compile in a fresh process (about 25 of them, 0.6 s,
@@ -64,10 +64,10 @@ class Positive(Constraint):
     """``theta = exp(u)``."""
 
     def forward(self, u):
-        return _xp(u).exp(u)
+        return array_module(u).exp(u)
 
     def inverse(self, value):
-        return _xp(value).log(value)
+        return array_module(value).log(value)
 
     def check(self, value):
         return super().check(value) or (None if np.all(value > 0) else "must be > 0")
@@ -82,14 +82,14 @@ class Simplex(Constraint):
     total: float = 1.0
 
     def forward(self, u):
-        if _xp(u) is np:
+        if array_module(u) is np:
             e = np.exp(np.concatenate([u, np.zeros(u.shape[:-1] + (1,))], -1)
                        - np.max(u, -1, keepdims=True, initial=0.0))
             return self.total * e / np.sum(e, -1, keepdims=True)
         return self.total * jnp.exp(logits_to_log_simplex(u))
 
     def inverse(self, value):
-        log_p = _xp(value).log(value / self.total)
+        log_p = array_module(value).log(value / self.total)
         return log_p[..., :-1] - log_p[..., -1:]
 
     def check(self, value):
@@ -113,7 +113,7 @@ class LowerCholesky(Constraint):
     diagonal: bool = False
 
     def forward(self, u):
-        xp = _xp(u)
+        xp = array_module(u)
         if self.diagonal:
             return xp.exp(u)[..., None] * xp.eye(u.shape[-1])
         r = int(round((np.sqrt(8 * u.shape[-1] + 1) - 1) / 2))
@@ -126,7 +126,7 @@ class LowerCholesky(Constraint):
         return jnp.zeros(u.shape[:-1] + (r, r), u.dtype).at[..., rows, cols].set(vals)
 
     def inverse(self, value):
-        xp = _xp(value)
+        xp = array_module(value)
         if self.diagonal:
             return xp.log(xp.diagonal(value, axis1=-2, axis2=-1))
         rows, cols = np.tril_indices(value.shape[-1])
