@@ -234,7 +234,7 @@ def glm_newton_params(problem, folds, options):
         params[redo], min_eig[redo] = np.asarray(out), np.asarray(eig)
         jitter[redo], reliable[redo] = np.asarray(jit), np.asarray(ok)
     diagnostics.update(ns_path="glm_downdate", ns_downdate_fallback=~fast,
-                       ns_hessian_min_eig=min_eig, ns_jitter=jitter, unreliable=~reliable,
+                       ns_hessian_min_eig=min_eig, ns_jitter=jitter, unreliable={"fold_hessian_not_pd": ~reliable},
                        stage_seconds={"derivatives": t1 - t0,
                                       "solve": time.perf_counter() - t1})
     return jnp.asarray(params), diagnostics

@@ -85,22 +85,56 @@ def cg_diagnostics(grad, step, cg, u_full, rtol: float, max_steps: int, warn: bo
     return out
 
 
+#: what each cause of an unreliable fold means (the warning names those that applied)
+UNRELIABLE_CAUSES = {
+    "hessian_not_pd": "the full-data Hessian needed jitter (not positive definite)",
+    "fold_hessian_not_pd": "the fold's Hessian H(w_o) needed jitter (not positive definite)",
+    "cg_unconverged": "conjugate gradients did not converge",
+    "error_estimate_above_tol": "the estimated error of the fold loss exceeds `tol`",
+    "refit_unconverged": "the exact refit did not converge",
+    "restart_disagreement": "refit starts reach different optima with materially different "
+                            "held-out losses",
+    "worse_optimum": "the chosen refit is not the lowest fold objective found",
+    "support_change": "the fold changes the L1 support the approximation assumes",
+    "over_budget": "no method vouched for the fold within the `max_exact` refits",
+    "nonfinite_loss": "the held-out loss is not finite",
+    "method_flag": "the method flagged it",
+}
+
+
+def unreliable_causes(raw, n_folds: int) -> dict:
+    """A method's ``diagnostics["unreliable"]`` as ``{cause: (n_folds,) bool}``: a dict of
+    masks keyed by cause (:data:`UNRELIABLE_CAUSES`), or one mask (cause ``"method_flag"``)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raw = {"method_flag": raw}
+    return {k: np.asarray(v, bool).reshape(n_folds) for k, v in raw.items()}
+
+
 def record_unreliable(diagnostics: dict, fold_loss, folds, method: str, warn: bool) -> None:
-    """Turn a method's per-fold ``diagnostics["unreliable"]`` mask (and non-finite losses)
-    into ``diagnostics["unreliable_folds"]`` (fold ids) and one warning counting them."""
-    bad = np.asarray(diagnostics.pop("unreliable", np.zeros(len(folds), bool)), bool)
+    """Turn a method's per-fold ``diagnostics["unreliable"]`` (one mask or ``{cause:
+    mask}``, :func:`unreliable_causes`) and non-finite losses into
+    ``diagnostics["unreliable_folds"]`` (fold ids), ``diagnostics["unreliable_causes"]``
+    (``{cause: fold ids}``, the causes that applied) and one warning naming them."""
+    causes = unreliable_causes(diagnostics.pop("unreliable", None), len(folds))
     nonfinite = ~np.isfinite(fold_loss)
     if nonfinite.any():
         diagnostics["nonfinite_folds"] = folds.ids[nonfinite]
-    bad = bad | nonfinite
+        causes["nonfinite_loss"] = nonfinite
+    bad = np.zeros(len(folds), bool)
+    for mask in causes.values():
+        bad |= mask
     diagnostics["unreliable_folds"] = folds.ids[bad]
+    diagnostics["unreliable_causes"] = {k: folds.ids[m] for k, m in causes.items() if m.any()}
     if warn and bad.any():
+        named = "; ".join(f"{int(m.sum())} {UNRELIABLE_CAUSES.get(k, k)}"
+                          for k, m in causes.items() if m.any())
         warnings.warn(
             f"{method}: {int(bad.sum())} of {len(folds)} folds are unreliable (fold ids "
-            f"{folds.ids[bad][:10].tolist()}{' ...' if bad.sum() > 10 else ''}): a Hessian "
-            "that needed jitter (not positive definite), an unconverged solve or refit, starts "
-            "that reach different optima, or a non-finite loss. Their numbers are kept but "
-            "are not estimates; listed in diagnostics['unreliable_folds']",
+            f"{folds.ids[bad][:10].tolist()}{' ...' if bad.sum() > 10 else ''}): {named}. "
+            "Their numbers are kept but are not estimates; listed in "
+            "diagnostics['unreliable_folds'] (by cause: diagnostics['unreliable_causes'])",
             UnreliableFoldWarning, stacklevel=3)
 
 

@@ -12,6 +12,8 @@ import functools
 
 import numpy as np
 
+from .diagnostics import unreliable_causes
+
 __all__ = ["with_fold_check"]
 
 
@@ -20,8 +22,9 @@ def with_fold_check(method, exact: bool = False):
 
     Each check ``name`` becomes ``diagnostics[name]`` (``(n_folds,)`` bool) and
     ``diagnostics[name + "_folds"]`` (their fold ids). Approximate methods let the model
-    warn; for exact refits (``exact=True``) a change is the truth, not an error of the
-    approximation, so it is only recorded.
+    warn and list the folds as unreliable (cause ``name``, e.g. ``"support_change"``); for
+    exact refits (``exact=True``) a change is the truth, not an error of the approximation,
+    so it is only recorded.
     """
     @functools.wraps(method)
     def checked(problem, folds, options):
@@ -32,5 +35,9 @@ def with_fold_check(method, exact: bool = False):
                 mask = np.asarray(mask, bool)
                 diagnostics[name] = mask
                 diagnostics[f"{name}_folds"] = folds.ids[mask]
+                if not exact:       # an assumption of the approximation broken: unreliable
+                    causes = unreliable_causes(diagnostics.get("unreliable"), len(folds))
+                    causes[name] = causes.get(name, np.zeros(len(folds), bool)) | mask
+                    diagnostics["unreliable"] = causes
         return params, diagnostics
     return checked

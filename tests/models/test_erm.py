@@ -224,7 +224,8 @@ def test_elastic_net_support_rule_applies_to_every_method(enet_data):
             warnings.simplefilter("always")
             res[m] = cv(model, (X, y), loo, m, params)
         caught[m] = {w.category.__name__ for w in got}
-    assert caught == {"ij": {"SupportChangeWarning"}, "ns": {"SupportChangeWarning"},
+    assert caught == {"ij": {"SupportChangeWarning", "UnreliableFoldWarning"},
+                      "ns": {"SupportChangeWarning", "UnreliableFoldWarning"},
                       "exact": set()}
     changed = res["exact"].diagnostics["support_change"]
     exact_same = np.all(np.sign(res["exact"].params.coef) == np.sign(params.coef), axis=1)
@@ -233,6 +234,10 @@ def test_elastic_net_support_rule_applies_to_every_method(enet_data):
     np.testing.assert_array_equal(res["ns"].diagnostics["support_change"], changed)
     np.testing.assert_array_equal(res["ns"].diagnostics["support_change_folds"],
                                   np.flatnonzero(changed))
+    for m in ("ij", "ns"):          # an assumption broken: listed as unreliable, by cause
+        assert set(res[m].diagnostics["unreliable_causes"]) == {"support_change"}
+        np.testing.assert_array_equal(res[m].diagnostics["unreliable_folds"],
+                                      res[m].diagnostics["support_change_folds"])
     assert "support_change" in res["ij"].diagnostics
     np.testing.assert_allclose(res["ns"].fold_loss[~changed], res["exact"].fold_loss[~changed],
                                rtol=1e-10)

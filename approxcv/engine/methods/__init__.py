@@ -7,9 +7,11 @@ Every method is a function ``method(problem, folds, options) -> (fold_params, di
 * ``folds``: :class:`~approxcv.folds.Folds` (index arrays; weights are built per batch);
 * ``options``: :class:`Options`;
 * ``fold_params``: ``(n_folds, D)`` unconstrained per-fold parameters;
-* ``diagnostics``: a dict; ``diagnostics["unreliable"]`` (``(n_folds,)`` bool), when
-  present, marks folds the method cannot vouch for (listed in
-  ``CVResult.diagnostics["unreliable_folds"]`` and never passed off as estimates).
+* ``diagnostics``: a dict; ``diagnostics["unreliable"]``, when present, marks folds the
+  method cannot vouch for: ``{cause: (n_folds,) bool}`` (causes named in
+  :data:`approxcv.engine.diagnostics.UNRELIABLE_CAUSES`) or one ``(n_folds,)`` bool mask;
+  they are listed in ``CVResult.diagnostics["unreliable_folds"]`` (by cause in
+  ``["unreliable_causes"]``) and never passed off as estimates.
 
 The held-out evaluation is the engine's (:func:`approxcv.engine.batching.heldout_losses`),
 not the method's. Register your own with :func:`register_method`.

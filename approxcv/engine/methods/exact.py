@@ -218,7 +218,8 @@ def exact(problem, folds, options):
                    "exact_converged": converged, "exact_num_steps": get("num_steps"),
                    "exact_grad_norm": get("grad_norm"), "exact_objective": get("objective"),
                    "exact_start_spread": spread, "exact_warm_gap": get("warm_gap"),
-                   "unreliable": ~converged | disagree}
+                   "unreliable": {"refit_unconverged": ~converged,
+                                  "restart_disagreement": disagree}}
     if disagree.any():
         diagnostics["restart_disagreement_folds"] = folds.ids[disagree]
     if not converged.all() and options.warn:

@@ -60,7 +60,7 @@ def ij(problem, folds, options):
         batch = int(max(1, min(len(folds), 2 ** 22 // max(dim * index.shape[1], 1))))
         params = jax.block_until_ready(ij_params(factor.chol, jnp.asarray(jac),
                                                  problem.u_full, batch, index))
-        diagnostics["unreliable"] = np.full(len(folds), not factor.reliable)
+        diagnostics["unreliable"] = {"hessian_not_pd": np.full(len(folds), not factor.reliable)}
         diagnostics["stage_seconds"] = {"derivatives": t_solve - t,
                                         "solve": time.perf_counter() - t_solve}
         return params, diagnostics
@@ -73,7 +73,7 @@ def ij(problem, folds, options):
     diagnostics = cg_diagnostics(grad, step, cg, problem.u_full, options.cg_rtol,
                                  options.cg_max_steps, warn=options.warn)
     diagnostics["cg_newton_rtol"] = newton_rtol
-    diagnostics["unreliable"] = ~np.asarray(cg.converged)[:-1]
+    diagnostics["unreliable"] = {"cg_unconverged": ~np.asarray(cg.converged)[:-1]}
     diagnostics["stage_seconds"] = {"derivatives": time.perf_counter() - t, "solve": 0.0}
     return params, diagnostics
 

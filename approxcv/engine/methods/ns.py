@@ -58,7 +58,7 @@ def ns(problem, folds, options):
             problem.fun, problem.u_full, index, problem.data, problem.n_units,
             options.batch_size or 16))
         diagnostics.update(ns_hessian_min_eig=np.asarray(min_eig),
-                           ns_jitter=np.asarray(jitter), unreliable=~np.asarray(reliable))
+                           ns_jitter=np.asarray(jitter), unreliable={"fold_hessian_not_pd": ~np.asarray(reliable)})
     else:
         params, cg = jax.block_until_ready(newton_params_cg(
             problem.fun, problem.u_full, index, problem.data, problem.n_units,
@@ -66,7 +66,7 @@ def ns(problem, folds, options):
         diagnostics.update(ns_cg_num_steps=np.asarray(cg.num_steps),
                            ns_cg_converged=np.asarray(cg.converged),
                            ns_hessian_min_eig=np.asarray(cg.min_curvature),
-                           unreliable=~np.asarray(cg.converged))
+                           unreliable={"cg_unconverged": ~np.asarray(cg.converged)})
     diagnostics["stage_seconds"]["solve"] = time.perf_counter() - t
     return params, diagnostics
 
