@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import numpy as np
 
 from ._validate import check_choice, check_positive_int
+from .engine.audit import audit_folds
 from .engine.batching import heldout_losses
-from .engine.diagnostics import record_unreliable
+from .engine.diagnostics import record_unreliable, unreliable_causes
+from .engine.error_estimate import estimate_errors
 from .engine.methods import Options, get_method
 from .engine.methods.exact import default_restarts
 from .errors import ArgumentTypeError, InvalidArgumentError
@@ -23,6 +26,20 @@ __all__ = ["cross_validate"]
 _OPTION_NAMES = tuple(f.name for f in dataclasses.fields(Options) if f.name != "level")
 
 
+def _check_error_options(opts: Options, method: str) -> None:
+    """``tol`` > 0 and finite, ``max_exact`` and ``audit`` non-negative integers."""
+    tol = opts.tol
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)) \
+            or not np.isfinite(tol) or tol <= 0:
+        raise InvalidArgumentError(f"`tol` must be a positive finite number, got {tol!r}")
+    if opts.max_exact is not None:
+        check_positive_int("max_exact", opts.max_exact, 0)
+    check_positive_int("audit", opts.audit, 0)
+    if opts.audit and method == "exact":
+        raise InvalidArgumentError("`audit` measures an approximate method against exact "
+                                   "refits; method='exact' is the reference itself")
+
+
 def cross_validate(model, data, folds, method: str | None = None, *, params=None,
                    scheme: str = "A",
                    level: str | None = None, **options) -> CVResult:
@@ -35,7 +52,8 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         folds: :class:`~approxcv.folds.Folds` or a sequence of integer index arrays.
         method: a registered method: ``"ij"`` (infinitesimal jackknife: one factorisation
             of ``H`` for all folds), ``"ns"`` (one Newton step per fold), ``"exact"``
-            (refit per fold) or one added with
+            (refit per fold), ``"auto"`` (IJ, then NS where the IJ's error estimate exceeds
+            ``tol``, then exact refits where NS's still does) or one added with
             :func:`~approxcv.engine.methods.register_method`; default: the model's
             ``default_method`` (``"ij"``; ``"ns"`` — ALOOCV — for regularised ERM, where the
             IJ under-corrects at weak regularisation, see ``docs/erm.md``).
@@ -50,7 +68,12 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             ``restarts`` (exact: extra refits per fold from the model's own starts;
             default 2 for models with at most 30 parameters, else 0), ``executor``,
             ``checkpoint`` (exact: a directory; resumes and is refused if written for
-            other inputs), ``progress``, ``warn``, ``structure_batch_size``.
+            other inputs), ``progress``, ``warn``, ``structure_batch_size``; ``tol``
+            (default 0.01): folds whose estimated relative error of the fold loss
+            (``diagnostics["error_estimate"]``, ``ij``/``ns``) exceeds it are unreliable,
+            and ``"auto"`` refines them; ``max_exact``: most refits ``"auto"`` may spend;
+            ``audit=k``: exact refits of ``k`` random folds, the measured error with a 95 %
+            confidence interval in ``diagnostics["audit"]``.
 
     Returns:
         :class:`~approxcv.results.CVResult`; folds a method cannot vouch for are listed in
@@ -78,6 +101,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         if getattr(opts, name) is not None and not refits:
             raise InvalidArgumentError(f"`{name}` applies to methods that refit folds "
                                        f"(e.g. 'exact'); method={method!r} does not use it")
+    _check_error_options(opts, method)
     folds = as_folds(folds, n_units)
     fit_seconds = None
     if params is None:
@@ -94,10 +118,35 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                                                                      opts.restarts, 0))
     problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
                            restarts=restarts, checked=True)
+    if opts.audit or (local and refits):     # exact refits of the model itself, with starts
+        dim = int(problem.u_full.shape[0])
+        problem = problem._replace(for_refits=functools.partial(
+            make_problem, model, prepared, params, scheme=scheme, level=level, checked=True,
+            restarts=restarts if refits else default_restarts(
+                dim, getattr(model, "refit_restarts", None))))
     params_flat, diagnostics = fn(problem, folds, opts)
     stages = dict(diagnostics.pop("stage_seconds", {}))
     t_heldout = time.perf_counter()
-    fold_loss, points = heldout_losses(problem, params_flat, folds.padded(), opts.batch_size)
+    index = folds.padded()
+    if "heldout" in diagnostics:             # the method evaluated its folds already
+        fold_loss, points = diagnostics.pop("heldout")
+    else:
+        fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size)
+    stages["heldout"] = time.perf_counter() - t_heldout
+    if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
+        t_est = time.perf_counter()
+        est, _ = estimate_errors(problem, params_flat, fold_loss, index,
+                                 diagnostics.pop("chord_correction"), opts.batch_size)
+        diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
+        causes = unreliable_causes(diagnostics.get("unreliable"), len(folds))
+        causes["error_estimate_above_tol"] = ~(est <= opts.tol)
+        diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)
+        stages["error_estimate"] = (stages.get("error_estimate", 0.0)
+                                    + time.perf_counter() - t_est)
+    if opts.audit:
+        t_audit = time.perf_counter()
+        diagnostics["audit"] = audit_folds(problem, folds, fold_loss, opts)
+        stages["audit"] = time.perf_counter() - t_audit
     seconds = time.perf_counter() - t_start
     diagnostics["num_params"] = int(problem.u_full.shape[0])
     record_unreliable(diagnostics, fold_loss, folds, method, opts.warn)
@@ -109,5 +158,5 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     return CVResult(method=method, scheme=scheme if level == "within" else None, level=level,
                     folds=folds, fold_loss=fold_loss, point_loss=point_loss, params=stacked,
                     params_flat=params_flat, seconds=seconds,
-                    stage_seconds={**stages, "heldout": seconds - (t_heldout - t_start)},
+                    stage_seconds=stages,
                     diagnostics=diagnostics, fit_seconds=fit_seconds)

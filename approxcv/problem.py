@@ -35,7 +35,9 @@ class Problem(NamedTuple):
     the model's own initialisation (for exact-CV restarts), possibly empty; key: a hashable
     description of the model configuration, scheme and level (for checkpoints); refit_solver:
     the model's preferred exact-CV optimiser or ``None``; batch_rows: how batched refits
-    evaluate their rows (the model's ``batch_rows``).
+    evaluate their rows (the model's ``batch_rows``); for_refits: ``None``, or a function of
+    no arguments returning the problem exact refits use when this one is a smooth local
+    surrogate or carries no starts (``"auto"`` and ``audit=``).
 
     ERM extras (model-declared capabilities turned into plain fields; ``None`` otherwise):
     glm: :class:`GLMStructure` (``F = sum_i w_i loss(a_i^T u, y_i) + R(u)``: rank-one
@@ -59,6 +61,7 @@ class Problem(NamedTuple):
     refit: Callable | None = None
     fold_check: Callable | None = None
     batch_rows: str = "vmap"
+    for_refits: Callable | None = None
 
 
 class GLMStructure(NamedTuple):

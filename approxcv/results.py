@@ -88,19 +88,38 @@ class CVResult:
             "unreliable": np.repeat(self.unreliable, sizes)})
 
     def summary(self) -> dict:
-        """Mean losses over the reliable folds, the unreliable folds, timings and the
-        headline diagnostics as a flat dict."""
+        """Means over all folds and over the reliable folds, both counts, the unreliable
+        folds (by cause), timings and the headline diagnostics as a flat dict.
+
+        ``mean_fold_loss`` / ``mean_point_loss`` average every fold (nothing is dropped
+        silently); ``mean_fold_loss_reliable`` / ``mean_point_loss_reliable`` average the
+        ``n_reliable`` folds the method vouches for. To compare methods, average the same
+        folds in each (:func:`compare` does).
+        """
         ok = ~self.unreliable
         points = [p for p, good in zip(self.point_loss, ok) if good]
+
+        def mean(values):
+            return float(np.mean(values)) if len(values) else np.nan
+        causes = self.diagnostics.get("unreliable_causes", {})
         return {"method": self.method, "scheme": self.scheme, "level": self.level,
-                "n_folds": len(self), "n_unreliable": int((~ok).sum()),
+                "n_folds": len(self), "n_reliable": int(ok.sum()),
+                "n_unreliable": int((~ok).sum()),
                 "unreliable_folds": self.fold_ids[~ok].tolist(),
-                "mean_fold_loss": float(np.mean(self.fold_loss[ok])) if ok.any() else np.nan,
-                "mean_point_loss": (float(np.mean(np.concatenate(points))) if points
-                                    else np.nan),
+                "unreliable_causes": {k: np.asarray(v).tolist() for k, v in causes.items()},
+                "mean_fold_loss": mean(self.fold_loss),
+                "mean_fold_loss_reliable": mean(self.fold_loss[ok]),
+                "mean_point_loss": mean(np.concatenate(self.point_loss)),
+                "mean_point_loss_reliable": mean(np.concatenate(points)) if points else np.nan,
                 "seconds": self.seconds, **{f"seconds_{k}": v for k, v in
                                             self.stage_seconds.items()},
                 **{k: v for k, v in self.diagnostics.items() if np.isscalar(v)}}
+
+    @property
+    def error_estimate(self):
+        """``(n_folds,)`` estimated relative error of each fold loss against exact CV
+        (``diagnostics["error_estimate"]``), or ``None`` when the method gives none."""
+        return self.diagnostics.get("error_estimate")
 
 
 def compare(approx: CVResult, exact: CVResult) -> pd.DataFrame:

@@ -134,9 +134,10 @@ def _gather(values, idx):
     return values.at[idx].get(mode="fill", fill_value=0.0)
 
 
-@partial(jax.jit, static_argnames=("batch_size", "refactor"))
+@partial(jax.jit, static_argnames=("batch_size", "refactor", "fun", "n"))
 def fold_newton_params(chol, hess, terms: GLMTerms, u_full, index, grad_full,
-                       batch_size: int | None = 256, refactor: bool = False):
+                       batch_size: int | None = 256, refactor: bool = False, fun=None,
+                       data=None, n: int | None = None):
     """Newton-step (ALOOCV) parameters of every fold from downdates of ``chol``.
 
     ``u_o = u_1 - H_{-o}^{-1} (grad F(u_1) - sum_{i in o} g_i a_i)`` with ``H_{-o}`` from
@@ -154,7 +155,12 @@ def fold_newton_params(chol, hess, terms: GLMTerms, u_full, index, grad_full,
         ``(params (n_folds, D), pivot (n_folds,))``: ``pivot`` is the smallest squared
         diagonal entry of the fold's factor (an upper bound on the smallest eigenvalue of
         ``H_{-o}``), NaN where the downdate failed (``H_{-o}`` not positive definite).
+        With the flat objective ``fun(u, w, data)`` (and ``data``, ``n``) also the chord
+        correction from each fold's point with its factor and its contraction
+        (:func:`~approxcv.engine.error_estimate.chord_step`): ``(params, pivot, d, rho)``.
     """
+    from .error_estimate import chord_step
+    from .batching import fold_weights
     def one(idx):
         a = terms.design.at[idx].get(mode="fill", fill_value=0.0)            # (q, D)
         rhs = _gather(terms.grad, idx) @ a
@@ -164,7 +170,10 @@ def fold_newton_params(chol, hess, terms: GLMTerms, u_full, index, grad_full,
         u_o = u_full + jsl.cho_solve((c, True), rhs - grad_full)
         pivot = jnp.min(jnp.diag(c)) ** 2
         ok = jnp.all(jnp.isfinite(jnp.diag(c))) & jnp.all(jnp.isfinite(u_o))
-        return u_o, jnp.where(ok, pivot, jnp.nan)
+        if fun is None:
+            return u_o, jnp.where(ok, pivot, jnp.nan)
+        d, rho = chord_step(fun, c, u_o, fold_weights(idx, n, u_full.dtype), data)
+        return u_o, jnp.where(ok, pivot, jnp.nan), d, rho
 
     return map_batches(one, index, batch_size)
 
@@ -217,24 +226,29 @@ def glm_newton_params(problem, folds, options):
     n_folds, dim = len(folds), int(problem.u_full.shape[0])
     params = np.zeros((n_folds, dim))
     fast = np.zeros(n_folds, bool)
+    step, rate = np.full((n_folds, dim), np.nan), np.full(n_folds, np.inf)
     if factor.reliable:
         batch = options.batch_size or int(max(1, min(n_folds, 2 ** 24 // dim ** 2)))
-        out, pivot = fold_newton_params(
+        out, pivot, d, rho = fold_newton_params(
             factor.chol, jnp.asarray(hess), _terms(problem), problem.u_full, index,
-            jnp.asarray(grad), batch, index.shape[1] > max(1, dim // 3))
+            jnp.asarray(grad), batch, index.shape[1] > max(1, dim // 3), problem.fun,
+            problem.data, problem.n_units)
         params[:] = np.asarray(out)
+        step[:], rate[:] = np.asarray(d), np.asarray(rho)
         scale = float(np.mean(np.abs(np.diag(np.asarray(hess))))) or 1.0
         fast = np.asarray(pivot) > NEGLIGIBLE_JITTER * scale             # NaN -> False
     min_eig, jitter, reliable = np.full(n_folds, np.nan), np.zeros(n_folds), fast.copy()
     redo = np.flatnonzero(~fast)
     if redo.size:
-        out, eig, jit, ok = jax.block_until_ready(newton_params(
+        out, eig, jit, ok, d, rho = jax.block_until_ready(newton_params(
             problem.fun, problem.u_full, index[redo], problem.data, problem.n_units,
             options.batch_size or 16))
         params[redo], min_eig[redo] = np.asarray(out), np.asarray(eig)
         jitter[redo], reliable[redo] = np.asarray(jit), np.asarray(ok)
+        step[redo], rate[redo] = np.asarray(d), np.asarray(rho)
     diagnostics.update(ns_path="glm_downdate", ns_downdate_fallback=~fast,
-                       ns_hessian_min_eig=min_eig, ns_jitter=jitter, unreliable={"fold_hessian_not_pd": ~reliable},
+                       ns_hessian_min_eig=min_eig, ns_jitter=jitter, chord_correction=step,
+                       chord_rate=rate, unreliable={"fold_hessian_not_pd": ~reliable},
                        stage_seconds={"derivatives": t1 - t0,
                                       "solve": time.perf_counter() - t1})
     return jnp.asarray(params), diagnostics

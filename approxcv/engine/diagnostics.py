@@ -154,7 +154,7 @@ def fit_state(problem, options) -> dict:
         nothing_out = jnp.full((1, 1), problem.n_units)   # the full-data Newton step
         full, cg = jax.block_until_ready(newton_params_cg(
             problem.fun, problem.u_full, nothing_out, problem.data, problem.n_units,
-            options.cg_rtol, options.cg_max_steps, 1))
+            options.cg_rtol, options.cg_max_steps, 1, False))
         grad = gradient(problem.fun, problem.u_full, jnp.ones(problem.n_units), problem.data)
         out = cg_diagnostics(grad, problem.u_full - full[0], cg, problem.u_full,
                              options.cg_rtol, options.cg_max_steps, warn=options.warn)

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .batching import fold_indicator, fold_weights, map_batches
+from .error_estimate import _rate, extrapolate
 
 
 class CGResult(NamedTuple):
@@ -248,9 +249,9 @@ def ij_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: int = 
     return u_full[None, :] + sol.x[:-1], grad, sol.x[-1], sol
 
 
-@partial(jax.jit, static_argnums=(0, 4, 6, 7))
+@partial(jax.jit, static_argnums=(0, 4, 6, 7, 8))
 def newton_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: int = 1000,
-                     batch_size: int = 16):
+                     batch_size: int = 16, refine: bool = True):
     """Matrix-free Newton step for every fold: ``u_1 - H(w_o)^{-1} g(w_o)`` by CG.
 
     Folds (``index``: ``(n_folds, m)`` padded left-out indices) are processed by ``lax.map``
@@ -258,7 +259,10 @@ def newton_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: in
     gradient at the fold's weights, built from its indices inside the batch.
 
     Returns:
-        ``(params (n_folds, D), CGResult)``.
+        ``(params (n_folds, D), CGResult, correction (n_folds, D), rho (n_folds,))``: the
+        chord correction from each Newton point with the same ``H(w_o)``
+        (:mod:`~approxcv.engine.error_estimate`; two more CG solves, NaN where one failed);
+        with ``refine=False`` only ``(params, CGResult)``.
     """
     grad_u = jax.grad(fun, argnums=0)
 
@@ -266,6 +270,16 @@ def newton_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: in
         w = fold_weights(idx, n, u_full.dtype)
         g, hvp = jax.linearize(lambda u: grad_u(u, w, data), u_full)
         sol = conjugate_gradient(jax.vmap(hvp), g[None], rtol, max_steps)
-        return u_full - sol.x[0], jax.tree_util.tree_map(lambda a: a[0], sol)
+        u_ns = u_full - sol.x[0]
+        if not refine:
+            return u_ns, jax.tree_util.tree_map(lambda a: a[0], sol)
+        value, r1 = jax.value_and_grad(fun)(u_ns, w, data)
+        s1 = conjugate_gradient(jax.vmap(hvp), r1[None], rtol, max_steps)
+        r2 = grad_u(u_ns - s1.x[0], w, data)
+        s2 = conjugate_gradient(jax.vmap(hvp), r2[None], rtol, max_steps)
+        rho = _rate(jnp.dot(s2.x[0], r2), jnp.dot(s1.x[0], r1), value)
+        solved = s1.converged[0] & s2.converged[0]
+        correction = jnp.where(solved, extrapolate(s1.x[0], s2.x[0], rho), jnp.nan)
+        return u_ns, jax.tree_util.tree_map(lambda a: a[0], sol), correction, rho
 
     return map_batches(one, index, batch_size)

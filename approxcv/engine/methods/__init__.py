@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from ...errors import ArgumentTypeError, InvalidArgumentError
 from ...optim.pd import MAX_DENSE_DIM
+from ..error_estimate import DEFAULT_TOL
 
 __all__ = ["Options", "register_method", "get_method", "available_methods"]
 
@@ -40,7 +41,11 @@ class Options:
     restarts: extra exact refits per fold from the model's own starts (``None``: by size);
     level: ``"within"`` | ``"structure"``; structure_batch_size: structures per derivative
     batch at the structure level; executor, checkpoint, progress, warn: see
-    ``cross_validate``; extra: method-specific settings of user methods.
+    ``cross_validate``; tol: relative error of a fold loss above which an estimate is
+    unreliable (``ij``/``ns`` error estimates) and ``"auto"`` refines it; max_exact: most
+    exact refits ``"auto"`` may spend (``None``: no limit); audit: exact refits of this many
+    random folds to measure the error of a method; extra: method-specific settings of user
+    methods.
     """
     solver: str = "auto"
     max_dense_dim: int = MAX_DENSE_DIM
@@ -56,6 +61,9 @@ class Options:
     checkpoint: Any = None
     progress: bool = True
     warn: bool = True
+    tol: float = DEFAULT_TOL
+    max_exact: int | None = None
+    audit: int = 0
     extra: Any = None
 
     def dense(self, dim: int) -> bool:
@@ -103,4 +111,4 @@ def available_methods() -> list[str]:
     return sorted(_METHODS)
 
 
-from . import exact, ij, ns  # noqa: E402,F401  (register the built-in methods)
+from . import auto, exact, ij, ns  # noqa: E402,F401  (register the built-in methods)

@@ -8,6 +8,10 @@ would be taken along a direction of negative curvature, or of none) is *unreliab
 step is computed so nothing is lost, but it is listed, never passed off as an estimate.
 Matrix-free (``D > max_dense_dim`` or ``solver="cg"``): CG on ``H(w_o)`` HVPs; folds whose
 CG did not converge or met non-positive curvature are unreliable.
+
+Each fold also gets two chord steps from its Newton point with the same ``H(w_o)``
+(two more gradients per fold), from which the engine estimates the fold's error
+(:mod:`approxcv.engine.error_estimate`).
 """
 from __future__ import annotations
 
@@ -24,23 +28,28 @@ from ..batching import fold_weights, map_batches
 from ..derivatives import gradient
 from ..aloo import glm_newton_params
 from ..diagnostics import fit_state
+from ..error_estimate import chord_step
 from ..fold_checks import with_fold_check
 from ..matrix_free import newton_params_cg
 from . import register_method
 
 
 def newton_step(fun, u, w, data):
-    """``(u - H(w)^{-1} g(w), min_eig, jitter, reliable)`` for one weight vector ``w``."""
+    """``(u - H(w)^{-1} g(w), min_eig, jitter, reliable, d, rho)`` for one weight vector
+    ``w``; ``(correction, rho)``: chord steps from the Newton point with the same factor
+    (:func:`~approxcv.engine.error_estimate.chord_step`)."""
     g = gradient(fun, u, w, data)
     chol, jitter, min_eig, reliable = jittered_cholesky(hessian_by_hvp(fun, u, w, data))
-    step = jax.scipy.linalg.cho_solve((chol, True), g)
-    return u - step, min_eig, jitter, reliable
+    u_ns = u - jax.scipy.linalg.cho_solve((chol, True), g)
+    d, rho = chord_step(fun, chol, u_ns, w, data)
+    return u_ns, min_eig, jitter, reliable, d, rho
 
 
 @partial(jax.jit, static_argnums=(0, 4, 5))
 def newton_params(fun, u_full, index, data, n: int, batch_size: int = 16):
     """Newton-step parameters of every fold (``index``: ``(n_folds, m)`` padded left-out
-    indices): ``(params (n_folds, D), min_eig, jitter, reliable)``, each per fold."""
+    indices): ``(params (n_folds, D), min_eig, jitter, reliable, chord_step, chord_rate)``,
+    each per fold."""
     return map_batches(lambda idx: newton_step(fun, u_full, fold_weights(idx, n), data),
                        index, batch_size)
 
@@ -54,19 +63,21 @@ def ns(problem, folds, options):
     diagnostics = fit_state(problem, options)
     t = time.perf_counter()
     if options.dense(dim):
-        params, min_eig, jitter, reliable = jax.block_until_ready(newton_params(
+        params, min_eig, jitter, reliable, step, rate = jax.block_until_ready(newton_params(
             problem.fun, problem.u_full, index, problem.data, problem.n_units,
             options.batch_size or 16))
         diagnostics.update(ns_hessian_min_eig=np.asarray(min_eig),
-                           ns_jitter=np.asarray(jitter), unreliable={"fold_hessian_not_pd": ~np.asarray(reliable)})
+                           ns_jitter=np.asarray(jitter),
+                           unreliable={"fold_hessian_not_pd": ~np.asarray(reliable)})
     else:
-        params, cg = jax.block_until_ready(newton_params_cg(
+        params, cg, step, rate = jax.block_until_ready(newton_params_cg(
             problem.fun, problem.u_full, index, problem.data, problem.n_units,
             options.cg_rtol, options.cg_max_steps, options.batch_size or 16))
         diagnostics.update(ns_cg_num_steps=np.asarray(cg.num_steps),
                            ns_cg_converged=np.asarray(cg.converged),
                            ns_hessian_min_eig=np.asarray(cg.min_curvature),
                            unreliable={"cg_unconverged": ~np.asarray(cg.converged)})
+    diagnostics["chord_correction"], diagnostics["chord_rate"] = step, rate
     diagnostics["stage_seconds"]["solve"] = time.perf_counter() - t
     return params, diagnostics
 

@@ -1,0 +1,152 @@
+"""Per-fold error estimates of approximate CV: two more chord steps from the method's point.
+
+The exact fold parameter solves ``grad F(u, w_o) = 0``. From the method's point ``u_m`` (IJ or
+NS), a *chord iteration* with a fixed positive definite matrix ``M`` that the method already
+factored (IJ: ``M = H = d2F/du2 (u_1, 1)``; NS: ``M = H(u_1, w_o)``) converges to it::
+
+    u_{k+1} = u_k - M^{-1} grad F(u_k, w_o).
+
+Two steps ``d_1``, ``d_2`` cost two gradients per fold and solves with the held factor. Near
+the solution the iteration is linear, so its steps shrink geometrically by
+``rho = ||d_2||_M / ||d_1||_M`` (``||x||_M = sqrt(x' M x)``, a unit-free norm), and the sum
+of the remaining steps gives the exact parameter (Aitken-style extrapolation)::
+
+    u* = u_m - d_1 - d_2 / (1 - rho).
+
+The **error estimate** of a fold is ``|L_o(u*) - L_o(u_m)| / |L_o(u*)|``, with ``L_o`` the
+held-out fold loss: the estimated relative error of the method's fold loss against exact
+CV. Where ``rho >= 1`` the iteration does not contract, so nothing can be vouched for: the
+estimate is ``inf``.
+
+Why this estimate: it is zero where the method is exact (``grad F(u_m, w_o) = 0``); it is
+exact where the iteration is exactly geometric — a quadratic objective whose fold changes
+the Hessian by a rank-one term, e.g. ridge leave-one-out, where ``u*`` is the exact refit
+and the estimate of the IJ's error is the IJ-NS gap that ``docs/erm.md`` explains; for NS
+it measures what the change of curvature along the step left over, which the positive
+definiteness of ``H(w_o)`` cannot see. It also captures the IJ's linearisation in the
+weights (for latent-variable models ``F`` is not linear in ``w``). Costs per fold: two
+gradients and one held-out evaluation — the same order as the held-out evaluation every
+method already does, far below NS's Hessian per fold or a refit. What it cannot see: a
+refit that jumps to another basin of a multimodal objective (exact CV's restarts find
+those; ``method="auto"`` and ``audit=`` measure them).
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+
+from .batching import fold_weights, heldout_batch_size, heldout_losses, map_batches
+
+__all__ = ["chord_step", "extrapolate", "ij_chord_steps", "ij_chord_steps_cg",
+           "refined_params", "estimate_errors", "DEFAULT_TOL"]
+
+#: default ``tol``: folds whose estimated relative error of the fold loss exceeds it are
+#: unreliable (and ``method="auto"`` refines them)
+DEFAULT_TOL = 0.01
+
+
+#: a first chord step whose predicted decrease of ``F`` (``d_1' r_1``) is below this times
+#: ``max(|F|, 1)`` is at round-off: the method's point solves the fold to working precision,
+#: and the ratio of two round-off steps says nothing about contraction (``rho = 0``)
+ROUNDOFF_DECREASE = 1e-12
+
+
+def _rate(num_sq, den_sq, value):
+    """``rho = sqrt(num_sq / den_sq)`` (``||d_2||_M / ||d_1||_M``); 0 where the first step
+    is at round-off (:data:`ROUNDOFF_DECREASE` of ``|F|``), ``inf`` for x/0."""
+    num, den = jnp.sqrt(jnp.maximum(num_sq, 0.0)), jnp.sqrt(jnp.maximum(den_sq, 0.0))
+    rate = jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0),
+                     jnp.where(num > 0, jnp.inf, 0.0))
+    return jnp.where(den_sq <= ROUNDOFF_DECREASE * jnp.maximum(jnp.abs(value), 1.0), 0.0,
+                     rate)
+
+
+def extrapolate(d1, d2, rho):
+    """``d_1 + d_2 / (1 - rho)`` where ``rho < 1``, NaN elsewhere (no contraction)."""
+    ok = rho < 1.0
+    return jnp.where(ok, d1 + d2 / jnp.where(ok, 1.0 - rho, 1.0), jnp.nan)
+
+
+def chord_step(fun, chol, u_m, w, data):
+    """``(correction, rho)`` for one fold: two chord steps from ``u_m`` with ``M = chol
+    chol'`` and the geometric sum of the rest, ``u* = u_m - correction`` (module docstring)."""
+    value, r1 = jax.value_and_grad(fun)(u_m, w, data)
+    d1 = jsl.cho_solve((chol, True), r1)
+    r2 = jax.grad(fun)(u_m - d1, w, data)
+    d2 = jsl.cho_solve((chol, True), r2)
+    rho = _rate(jnp.dot(d2, r2), jnp.dot(d1, r1), value)
+    return extrapolate(d1, d2, rho), rho
+
+
+@partial(jax.jit, static_argnums=(0, 5, 6))
+def ij_chord_steps(fun, chol, params, index, data, n: int, batch_size: int):
+    """Chord corrections of every IJ fold (``M = H``, one factor for all folds):
+    ``(correction (n_folds, D), rho (n_folds,))``."""
+    def one(args):
+        u, idx = args
+        return chord_step(fun, chol, u, fold_weights(idx, n), data)
+    return map_batches(one, (params, index), batch_size)
+
+
+@partial(jax.jit, static_argnums=(0, 4, 6, 7, 8))
+def ij_chord_steps_cg(fun, u_1, params, index, data, n: int, rtol, max_steps: int,
+                      batch_size: int, hvp_batch_size: int | None):
+    """Matrix-free :func:`ij_chord_steps`: each chord step solves ``H d = grad F(u, w_o)``
+    for all folds by block CG on Hessian-vector products at ``(u_1, 1)``.
+    Returns ``(correction, rho, converged (n_folds,))``."""
+    from .matrix_free import block_conjugate_gradient
+    ones = jnp.ones(n, u_1.dtype)
+    value_grad = jax.value_and_grad(fun, argnums=0)
+    _, hvp = jax.linearize(lambda u: value_grad(u, ones, data)[1], u_1)
+    tols = jnp.full(params.shape[0], rtol, u_1.dtype)
+
+    def step(us):
+        val, res = map_batches(
+            lambda a: value_grad(a[0], fold_weights(a[1], n, u_1.dtype), data),
+            (us, index), batch_size)
+        sol = block_conjugate_gradient(lambda v: map_batches(hvp, v, hvp_batch_size), res,
+                                       tols, max_steps)
+        return val, res, sol
+    value, r1, s1 = step(params)
+    _, r2, s2 = step(params - s1.x)
+    rho = _rate(jnp.sum(s2.x * r2, axis=1), jnp.sum(s1.x * r1, axis=1), value)
+    return (jax.vmap(extrapolate)(s1.x, s2.x, rho), rho, s1.converged & s2.converged)
+
+
+def refined_params(params, correction):
+    """``u* = u_m - correction`` (NumPy) and the mask ``ok`` of rows where it is finite
+    (elsewhere the row stays ``u_m``)."""
+    params, correction = np.asarray(params, np.float64), np.asarray(correction, np.float64)
+    ok = np.all(np.isfinite(correction), axis=1)
+    return params - np.where(ok[:, None], correction, 0.0), ok
+
+
+def estimate_errors(problem, params, fold_loss, index, correction,
+                    batch_size: int | None = None):
+    """Estimated relative error ``|L_o(u*) - L_o(u_m)| / |L_o(u*)|`` of every fold loss.
+
+    Args:
+        problem: the :class:`~approxcv.problem.Problem`.
+        params: ``(n_folds, D)`` the method's fold parameters ``u_m``.
+        fold_loss: ``(n_folds,)`` held-out fold losses at ``params``.
+        index: ``(n_folds, m)`` padded left-out indices.
+        correction: ``(n_folds, D)`` the chord correction ``u_m - u*`` (NaN rows: the
+            iteration does not contract).
+
+    Returns:
+        ``(estimate (n_folds,), refined_fold_loss (n_folds,))``; ``inf`` where the chord
+        iteration does not contract or anything is not finite.
+    """
+    refined, ok = refined_params(params, correction)
+    batch = batch_size or heldout_batch_size(problem.n_units, problem.data, len(index))
+    loss_star, _ = heldout_losses(problem, refined, index, batch)
+    fold_loss = np.asarray(fold_loss, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        est = np.abs(loss_star - fold_loss) / np.abs(loss_star)
+    est = np.where(np.isnan(est) & (loss_star == fold_loss), 0.0, est)   # 0/0: no change
+    est = np.where(ok & np.isfinite(est), est, np.inf)
+    return est, loss_star

@@ -1,0 +1,144 @@
+"""``"auto"``: the cheapest method that can vouch for each fold, within a refit budget.
+
+1. ``ij`` on every fold, with its error estimate (:mod:`approxcv.engine.error_estimate`);
+2. ``ns`` on the folds whose IJ estimate exceeds ``tol`` (or that the IJ cannot vouch for);
+3. ``exact`` refits of the folds whose NS estimate still exceeds ``tol`` (or that NS cannot
+   vouch for), the worst estimates first, at most ``max_exact`` of them.
+
+``diagnostics["fold_method"]`` records which method produced each fold (``"ij"``, ``"ns"``,
+``"exact"``); ``diagnostics["error_estimate"]`` is that method's estimate (0 for a reliable
+exact refit, NaN for an unreliable one). Folds that still need a refit when the budget is
+spent keep their NS numbers and are unreliable (cause ``"over_budget"``); every other cause
+is the one of the method that produced the fold.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from ...folds import Folds
+from ..audit import refit_problem
+from ..batching import heldout_losses
+from ..diagnostics import unreliable_causes
+from ..error_estimate import estimate_errors
+from . import get_method, register_method
+
+#: diagnostics of the IJ (the fit's state) that ``auto`` reports as its own
+_FIT_KEYS = ("grad_norm", "newton_step_norm", "inexact_fit", "hessian_min_eig",
+             "hessian_max_eig", "jitter", "condition_number", "solver")
+
+
+def bucketed(folds, rows):
+    """``folds.subset(rows)`` padded to a power-of-two number of folds (at least 8) with
+    copies of the largest fold (ids ``-1, -2, ...``), so the compiled per-fold programs
+    of a subset see one of a few shapes, and the width of the full ``folds``; the first
+    ``len(rows)`` results are the subset's."""
+    size = max(8, 1 << int(np.ceil(np.log2(max(len(rows), 1)))))
+    widest = int(np.argmax(folds.sizes))
+    idx = [folds[int(r)] for r in rows] + [folds[widest]] * (size - len(rows))
+    ids = np.concatenate([folds.ids[rows], -np.arange(1, size - len(rows) + 1)])
+    return Folds(idx, folds.n, ids=ids)
+
+
+def _pad(points, width: int) -> np.ndarray:
+    out = np.zeros((points.shape[0], width))
+    out[:, :points.shape[1]] = points
+    return out
+
+
+def run_with_estimate(name, problem, folds, options, keep: int | None = None):
+    """Run the registered method ``name`` on ``folds`` and evaluate it: ``(params, fold_loss,
+    points, estimate, causes, diagnostics)`` of the first ``keep`` folds (all by default);
+    ``estimate`` is NaN when the method gives none."""
+    keep = len(folds) if keep is None else keep
+    params, diag = get_method(name)[0](problem, folds, options)
+    params = np.array(params)
+    index = folds.padded()
+    fold_loss, points = (np.array(a) for a in heldout_losses(problem, params, index,
+                                                              options.batch_size))
+    if "chord_correction" in diag:
+        est, _ = estimate_errors(problem, params, fold_loss, index,
+                                 diag.pop("chord_correction"), options.batch_size)
+    else:
+        est = np.full(len(folds), np.nan)
+    causes = unreliable_causes(diag.pop("unreliable", None), len(folds))
+    return (params[:keep], fold_loss[:keep], points[:keep], est[:keep],
+            {k: v[:keep] for k, v in causes.items()}, diag)
+
+
+def _any(causes: dict, n: int) -> np.ndarray:
+    bad = np.zeros(n, bool)
+    for m in causes.values():
+        bad |= m
+    return bad
+
+
+def auto(problem, folds, options):
+    """IJ, then NS, then exact refits where needed (module docstring)."""
+    quiet = dataclasses.replace(options, warn=False)
+    n_folds, width = len(folds), int(folds.sizes.max())
+    seconds = {}
+    t = time.perf_counter()
+    params, fold_loss, points, est, causes, diag_ij = run_with_estimate("ij", problem, folds,
+                                                                       quiet)
+    points = _pad(points, width)
+    seconds["ij"] = time.perf_counter() - t
+    method = np.full(n_folds, "ij", dtype=object)
+    diagnostics = {k: diag_ij[k] for k in _FIT_KEYS if k in diag_ij}
+    diagnostics["ij_error_estimate"] = est.copy()
+    need = _any(causes, n_folds) | ~(est <= options.tol)
+    counts = {"ij": n_folds, "ns": 0, "exact": 0}
+
+    def replace(rows, sub_params, sub_loss, sub_points, sub_est, sub_causes, name):
+        params[rows], fold_loss[rows], est[rows] = sub_params, sub_loss, sub_est
+        points[rows] = _pad(sub_points, width)
+        method[rows] = name
+        for key in list(causes):
+            causes[key][rows] = False
+        for key, mask in sub_causes.items():
+            causes.setdefault(key, np.zeros(n_folds, bool))[rows] = mask
+
+    if need.any():
+        t = time.perf_counter()
+        rows = np.flatnonzero(need)
+        out = run_with_estimate("ns", problem, bucketed(folds, rows), quiet, len(rows))
+        replace(rows, *out[:5], "ns")
+        seconds["ns"] = time.perf_counter() - t
+        counts["ns"] = int(rows.size)
+        need[rows] = _any(out[4], rows.size) | ~(out[3] <= options.tol)
+    rows = np.flatnonzero(need)
+    order = rows[np.argsort(-np.nan_to_num(est[rows], nan=np.inf), kind="stable")]
+    budget = len(order) if options.max_exact is None else int(options.max_exact)
+    refit, over = np.sort(order[:budget]), np.sort(order[budget:])
+    if refit.size:
+        t = time.perf_counter()
+        target = refit_problem(problem)
+        sub_params, diag_ex = get_method("exact")[0](target, folds.subset(refit), quiet)
+        sub_params = np.asarray(sub_params)
+        if sub_params.shape[1] != params.shape[1]:
+            raise RuntimeError("exact refits and the local surrogate have different "
+                               "parameter layouts")
+        sub_loss, sub_points = heldout_losses(target, sub_params, folds.subset(refit).padded(),
+                                              options.batch_size)
+        sub_causes = unreliable_causes(diag_ex.pop("unreliable", None), refit.size)
+        sub_est = np.where(_any(sub_causes, refit.size), np.nan, 0.0)
+        replace(refit, sub_params, sub_loss, sub_points, sub_est, sub_causes, "exact")
+        seconds["exact"] = time.perf_counter() - t
+        counts["exact"] = int(refit.size)
+        for key in ("exact_converged", "exact_objective", "exact_start_spread"):
+            if key in diag_ex:
+                diagnostics[f"auto_{key}"] = diag_ex[key]
+    above = ~(est <= options.tol) & (method != "exact")
+    causes["error_estimate_above_tol"] = above & ~np.isin(np.arange(n_folds), over)
+    causes["over_budget"] = np.isin(np.arange(n_folds), over)
+    diagnostics.update(fold_method=method.astype(str), error_estimate=est,
+                       auto_counts=counts, over_budget_folds=folds.ids[over],
+                       unreliable=causes, heldout=(fold_loss, points),
+                       stage_seconds=seconds)
+    return params, diagnostics
+
+
+register_method("auto", auto, local=True, refits=True)
+__all__ = ["auto", "run_with_estimate"]
