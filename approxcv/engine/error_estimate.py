@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from .batching import fold_weights, heldout_batch_size, heldout_losses, map_batches
+from .batching import fold_batch_size, fold_weights, heldout_losses, map_batches
 
 __all__ = ["chord_step", "extrapolate", "ij_chord_steps", "ij_chord_steps_cg",
            "refined_params", "estimate_errors", "DEFAULT_TOL"]
@@ -142,7 +142,7 @@ def estimate_errors(problem, params, fold_loss, index, correction,
         iteration does not contract or anything is not finite.
     """
     refined, ok = refined_params(params, correction)
-    batch = batch_size or heldout_batch_size(problem.n_units, problem.data, len(index))
+    batch = batch_size or fold_batch_size(problem, len(index))
     loss_star, _ = heldout_losses(problem, refined, index, batch)
     fold_loss = np.asarray(fold_loss, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):

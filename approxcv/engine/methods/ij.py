@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...optim.pd import factor_hessian, solve
-from ..batching import heldout_batch_size, map_batches
+from ..batching import fold_batch_size, map_batches
 from ..derivatives import full_derivatives
 from ..aloo import glm_jacobian
 from ..diagnostics import cg_diagnostics, fit_diagnostics
@@ -69,8 +69,7 @@ def ij(problem, folds, options):
         t_est = time.perf_counter()
         step, rate = jax.block_until_ready(ij_chord_steps(
             problem.fun, factor.chol, params, index, problem.data, problem.n_units,
-            options.batch_size or heldout_batch_size(problem.n_units, problem.data,
-                                                     len(folds))))
+            options.batch_size or fold_batch_size(problem, len(folds))))
         diagnostics["chord_correction"], diagnostics["chord_rate"] = step, rate
         diagnostics["stage_seconds"] = {"derivatives": t_solve - t, "solve": t_est - t_solve,
                                         "error_estimate": time.perf_counter() - t_est}
