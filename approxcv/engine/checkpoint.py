@@ -25,7 +25,8 @@ folds) resumes from the same directory without touching the other folds' records
 Records. A record is a dict of named per-fold values, declared once as ``fields = {name:
 (dtype, shape)}`` (e.g. ``{"u": ("f8", (D,)), "converged": ("?", ())}``); every batch stores
 ``run_digest ()``, ``fold_ids (k,)``, ``fold_digests (k,)`` and one ``(k, *shape)`` array per
-field.
+field. A batch file that cannot be read (truncated, a flipped byte) raises ``CheckpointError``
+naming it, whatever the zip or NumPy reader raised.
 
 Validity. A record is never converged when a field named in ``finite`` (default ``("u",)``)
 holds NaN or inf: on append and on load its ``converged`` (if declared) is set to False. A
@@ -41,6 +42,7 @@ import contextlib
 import json
 import math
 import os
+import struct
 import time
 import uuid
 import zipfile
@@ -57,8 +59,11 @@ __all__ = ["Checkpoint", "fingerprint", "fold_digest"]  # the digests are re-exp
 FORMAT, VERSION = "approxcv-checkpoint", 2   # 2: batch files carry the run digest
 _HEADER, _LOCK = "header.json", ".lock"
 VERSION_KEY = "approxcv_version"   # the fingerprint entry a checkpoint adds itself
-_READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError,
-                zipfile.BadZipFile, zlib.error)
+# what reading a damaged .npz can raise (zipfile: NotImplementedError for an unknown
+# compression, RuntimeError for an "encrypted" member, struct.error for a cut header, ...)
+_READ_ERRORS = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, AttributeError,
+                NotImplementedError, RuntimeError, MemoryError, OverflowError, struct.error,
+                zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error)
 _STALE_TMP_S = 24 * 3600  # temporary files older than this are left-overs of killed writers
 
 
