@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from ._validate import check_choice, check_positive_int
+from ._validate import check_choice
 from .engine.batching import heldout_losses
 from .engine.diagnostics import record_unreliable
 from .engine.methods import Options, get_method
@@ -68,12 +68,12 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                                 f"options are {list(_OPTION_NAMES)}")
     check_choice("scheme", scheme, ("A", "B"))
     check_choice("level", level, ("within", "structure", None))
+    opts = Options(**options)  # every option checked before the data are touched
     check_model(model)
     method = method or getattr(model, "default_method", "ij")
     fn, local, refits = get_method(method)
     prepared, level, n_units = model.prepare(data, level)
-    opts = Options(level=level, **options)
-    check_choice("solver", opts.solver, ("auto", "dense", "cg"))
+    opts = dataclasses.replace(opts, level=level)
     for name in ("checkpoint", "restarts"):
         if getattr(opts, name) is not None and not refits:
             raise InvalidArgumentError(f"`{name}` applies to methods that refit folds "
@@ -90,8 +90,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     if refits:
         dim = int(flat_params(model, params)[0].shape[0])
         restarts = (default_restarts(dim, getattr(model, "refit_restarts", None))
-                    if opts.restarts is None else check_positive_int("restarts",
-                                                                     opts.restarts, 0))
+                    if opts.restarts is None else int(opts.restarts))
     problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
                            restarts=restarts, checked=True)
     params_flat, diagnostics = fn(problem, folds, opts)

@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..._validate import check_choice, check_positive, check_positive_int
 from ...errors import ArgumentTypeError, InvalidArgumentError
 from ...optim.pd import MAX_DENSE_DIM
 
-__all__ = ["Options", "register_method", "get_method", "available_methods"]
+__all__ = ["Options", "check_options", "register_method", "get_method", "available_methods"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class Options:
     level: ``"within"`` | ``"structure"``; structure_batch_size: structures per derivative
     batch at the structure level; executor, checkpoint, progress, warn: see
     ``cross_validate``; extra: method-specific settings of user methods.
+
+    Every field is checked on construction (:func:`check_options`): a value out of range
+    raises :class:`~approxcv.errors.InvalidArgumentError` naming the option.
     """
     solver: str = "auto"
     max_dense_dim: int = MAX_DENSE_DIM
@@ -58,9 +62,30 @@ class Options:
     warn: bool = True
     extra: Any = None
 
+    def __post_init__(self):
+        check_options(self)
+
     def dense(self, dim: int) -> bool:
         """Whether ``ij``/``ns`` form dense Hessians for ``dim`` parameters."""
         return self.solver == "dense" or (self.solver == "auto" and dim <= self.max_dense_dim)
+
+
+def check_options(options: Options) -> None:
+    """Raise ``InvalidArgumentError`` naming the first field of ``options`` out of range:
+    sizes and step limits are integers >= 1 (``max_dense_dim`` >= 0: 0 means never dense),
+    ``cg_rtol`` lies in (0, 1)."""
+    check_choice("solver", options.solver, ("auto", "dense", "cg"))
+    check_choice("level", options.level, ("within", "structure"))
+    check_positive_int("max_dense_dim", options.max_dense_dim, 0)
+    if check_positive("cg_rtol", options.cg_rtol) >= 1.0:
+        raise InvalidArgumentError(f"`cg_rtol` must be < 1, got {options.cg_rtol!r}")
+    check_positive_int("cg_max_steps", options.cg_max_steps)
+    if options.batch_size is not None:
+        check_positive_int("batch_size", options.batch_size)
+    check_positive_int("exact_batch_size", options.exact_batch_size)
+    check_positive_int("structure_batch_size", options.structure_batch_size)
+    if options.restarts is not None:
+        check_positive_int("restarts", options.restarts, 0)
 
 
 _METHODS: dict[str, tuple[Callable, bool, bool]] = {}
