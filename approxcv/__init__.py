@@ -4,8 +4,11 @@ Fit a model once; approxcv estimates every cross-validation fold without refitti
 (infinitesimal jackknife or one Newton step), reports how far to trust each estimate,
 and runs exact CV to check. See ``DESIGN.md`` for the shared weighted-objective idea.
 """
-import jax
-import jaxlib
+# set before the subpackages are imported: checkpoints record it (engine/checkpoint.py)
+__version__ = "0.1.0"
+
+import jax  # noqa: E402
+import jaxlib  # noqa: E402
 
 from . import _compilation_cache
 from ._jax_version import warn_if_deadlock_prone
@@ -21,8 +24,6 @@ from .api import cross_validate  # noqa: E402
 from .engine.methods import register_method  # noqa: E402
 from .problem import Problem, make_problem  # noqa: E402
 from .results import CVResult, compare  # noqa: E402
-
-__version__ = "0.1.0"
 
 
 def __getattr__(name):

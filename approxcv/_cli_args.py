@@ -13,6 +13,9 @@ import numpy as np
 MODELS = ("poisson-hmm", "gaussian-hmm")
 DEFAULT_N_POINTS = 5000
 DEFAULT_N_EXACT = 10
+# memory the IJ run holds per fold and per left-out point (index arrays of the folds, padded
+# indices, point losses, per-fold arrays): an estimate, generous rather than tight
+BYTES_PER_FOLD, BYTES_PER_POINT = 1024, 64
 
 
 class _Parser(argparse.ArgumentParser):
@@ -200,6 +203,26 @@ def _check_out(path: str) -> Path:
     return out
 
 
+def _memory_bytes() -> int:
+    """Physical memory of this machine (16 GiB where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return 16 * 2 ** 30
+
+
+def _check_fold_memory(n_folds: int, fold_size: int) -> None:
+    """Refuse ``--n-folds`` whose folds and per-point results would not fit in half of the
+    machine's memory (they would fill it and fail long after the fit)."""
+    need = n_folds * (BYTES_PER_FOLD + BYTES_PER_POINT * fold_size)
+    limit = _memory_bytes() // 2
+    if need > limit:
+        most = max(1, limit // (BYTES_PER_FOLD + BYTES_PER_POINT * fold_size))
+        raise _BadOption("--n-folds", f"{n_folds} folds of {fold_size} points need about "
+                         f"{need / 2 ** 30:.3g} GiB, more than half of this machine's "
+                         f"{2 * limit / 2 ** 30:.3g} GiB of memory; use at most {most}")
+
+
 def validate(args) -> tuple[np.ndarray, str]:
     """Check the options of ``approxcv demo`` against each other and the data, before any
     fitting; resolve the defaults of ``--n-points`` and ``--n-exact``; create ``--out``.
@@ -223,6 +246,7 @@ def validate(args) -> tuple[np.ndarray, str]:
     if math.floor(args.frac * n) < 1:
         raise _BadOption("--frac", f"{args.frac} of {n} points leaves out no point per fold; "
                          "use a larger --frac or more points")
+    _check_fold_memory(args.n_folds, math.floor(args.frac * n))
     if args.n_exact is None:
         args.n_exact = min(DEFAULT_N_EXACT, args.n_folds)
     elif args.n_exact > args.n_folds:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InvalidArgumentError, InvalidDataError
+from .errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
 
 
 def check_choice(name: str, value, choices) -> str:
@@ -30,3 +30,38 @@ def check_positive_int(name: str, value, minimum: int = 1) -> int:
     if value < minimum:
         raise InvalidArgumentError(f"`{name}` must be >= {minimum}, got {value}")
     return int(value)
+
+
+def as_real_array(name: str, x) -> np.ndarray:
+    """Return ``x`` as a NumPy array of real numbers (bool, integer or float dtype).
+
+    Raises ``ArgumentTypeError`` naming ``name`` for strings, dates, complex numbers and
+    objects, and ``InvalidDataError`` for a ragged nesting of sequences.
+    """
+    if isinstance(x, (str, bytes)) or x is None:
+        raise ArgumentTypeError(f"`{name}` must be a numeric array, got {type(x).__name__}")
+    try:
+        arr = np.asarray(x)
+    except ValueError:
+        raise InvalidDataError(f"`{name}` is ragged (nested sequences of different lengths); "
+                               "it must be a rectangular numeric array") from None
+    if arr.dtype.kind not in "biuf":
+        raise ArgumentTypeError(f"`{name}` must be a numeric array of real numbers, got dtype "
+                                f"{arr.dtype}")
+    return arr
+
+
+def check_positive(name: str, value) -> float:
+    """Return ``float(value)``; raise naming ``name`` unless it is a finite real number > 0
+    (e.g. a prior's shape, rate, concentration or variance: otherwise the prior is improper)."""
+    number = None
+    if not isinstance(value, (str, bytes, bool, np.bool_)) and np.ndim(value) == 0:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            pass
+    if number is None:
+        raise InvalidArgumentError(f"`{name}` must be a positive number, got {value!r}")
+    if not (np.isfinite(number) and number > 0):
+        raise InvalidArgumentError(f"`{name}` must be a finite number > 0, got {value!r}")
+    return number

@@ -5,7 +5,8 @@ data), estimates cross-validation on many folds with the infinitesimal jackknife
 few folds by exact refits, and writes a comparison table, a scatter plot and a JSON summary.
 
 Every option is checked before anything is fitted: a bad one ends the command with one line
-``approxcv demo: error: --option: what is wrong`` on stderr and exit status 2.
+``approxcv demo: error: --option: what is wrong`` on stderr and exit status 2 — as does a
+failure to write the results under ``--out`` (a full disk, a directory made read-only).
 """
 from __future__ import annotations
 
@@ -25,6 +26,16 @@ from ._cli_args import (DEFAULT_N_EXACT, DEFAULT_N_POINTS, MODELS, _BadOption, _
 def _build_model(name: str, n_states: int):
     from . import models
     return models.PoissonHMM(n_states) if name == "poisson-hmm" else models.GaussianHMM(n_states)
+
+
+def _write(path: Path, write) -> None:
+    """``write(path)``; an ``OSError`` (no space left, permission denied) becomes a bad
+    ``--out`` naming the file."""
+    try:
+        write(path)
+    except OSError as err:
+        raise _BadOption("--out", f"cannot write {str(path)!r}: "
+                         f"{_one_line(err.strerror or err)}") from None
 
 
 def demo(args, data: tuple | None = None) -> dict:
@@ -85,13 +96,12 @@ def demo(args, data: tuple | None = None) -> dict:
     say("")
     for k, v in table:
         say(f"  {k:<{width}}  {v}")
-    scatter(ij, exact, kind="point", path=out / "scatter_points.png")
-    scatter(ij, exact, kind="fold", path=out / "scatter_folds.png")
-    timing_bars({"IJ (all folds)": ij.seconds,
-                 "exact (measured)": exact.seconds,
-                 "exact (all folds, extrapolated)": exact_per_fold * len(folds)},
-                path=out / "timing.png")
-    df.to_csv(out / "comparison.csv", index=False)
+    _write(out / "scatter_points.png", lambda p: scatter(ij, exact, kind="point", path=p))
+    _write(out / "scatter_folds.png", lambda p: scatter(ij, exact, kind="fold", path=p))
+    timings = {"IJ (all folds)": ij.seconds, "exact (measured)": exact.seconds,
+               "exact (all folds, extrapolated)": exact_per_fold * len(folds)}
+    _write(out / "timing.png", lambda p: timing_bars(timings, path=p))
+    _write(out / "comparison.csv", lambda p: df.to_csv(p, index=False))
     summary = {
         "data": source, "T": int(len(x)), "model": repr(model), "scheme": args.scheme,
         "fold_scheme": args.folds, "frac": args.frac, "n_folds": len(folds), "n_exact": n_exact,
@@ -108,7 +118,8 @@ def demo(args, data: tuple | None = None) -> dict:
         "diagnostics": {k: v for k, v in ij.diagnostics.items() if np.isscalar(v)},
         "params": {k: np.asarray(v).tolist() for k, v in params._asdict().items()},
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    text = json.dumps(summary, indent=2, default=float)
+    _write(out / "summary.json", lambda p: p.write_text(text))
     say(f"\nwrote {out}/summary.json, scatter_points.png, scatter_folds.png, timing.png, "
         "comparison.csv")
     return summary
@@ -193,12 +204,10 @@ def main(argv=None) -> int:
         from .errors import ApproxCVError
         sub = parser.subparsers["demo"]
         try:
-            data = validate(args)
+            demo(args, validate(args))
         except _BadOption as err:
             print(f"{sub.prog}: error: {err.option}: {_one_line(err)}", file=sys.stderr)
             return 2
-        try:
-            demo(args, data)
         except ApproxCVError as err:
             option = _option_of(err)
             where = f"{option}: " if option else ""
@@ -210,7 +219,7 @@ def main(argv=None) -> int:
                 raise
             print(f"{sub.prog}: error: --out: cannot write {str(err.filename)!r}: "
                   f"{_one_line(err.strerror or err)}", file=sys.stderr)
-            return 1
+            return 2
     return 0
 
 

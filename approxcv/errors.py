@@ -38,6 +38,10 @@ class DuplicateIndexError(InvalidFoldsError):
     """A fold lists the same index twice."""
 
 
+class DuplicateFoldIdError(InvalidFoldsError):
+    """Two folds have the same id (results and checkpoints are matched by fold id)."""
+
+
 class FoldRemovesAllError(InvalidFoldsError):
     """A fold leaves out every unit, so there is nothing to train on."""
 

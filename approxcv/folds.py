@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._validate import check_positive_int
-from .errors import (ArgumentTypeError, DuplicateIndexError, EmptyFoldError, FoldIndexError,
-                     FoldRemovesAllError, InvalidArgumentError)
+from .errors import (ArgumentTypeError, DuplicateFoldIdError, DuplicateIndexError,
+                     EmptyFoldError, FoldIndexError, FoldRemovesAllError, InvalidArgumentError)
 
 __all__ = ["Folds", "iid", "contiguous", "leave_future_out", "leave_one_out", "kfold",
            "as_folds"]
@@ -36,8 +36,9 @@ class Folds(Sequence):
     n : int
         Number of units (time steps, sites or sequences).
     ids : array of int, optional
-        Identifiers of the folds (default ``0..n_folds-1``); kept by :meth:`subset` so that
-        results on a subset of folds can be matched with results on all of them.
+        Distinct identifiers of the folds (default ``0..n_folds-1``); kept by :meth:`subset`
+        so that results on a subset of folds can be matched with results on all of them
+        (exact refits and checkpoints are matched by id, so two folds never share one).
     """
 
     def __init__(self, indices, n: int, ids=None):
@@ -53,10 +54,8 @@ class Folds(Sequence):
         starts = np.cumsum(self._sizes) - self._sizes
         self._cols = np.arange(self._flat.size) - np.repeat(starts, self._sizes)
         self._indices = np.split(self._flat, np.cumsum(self._sizes)[:-1])
-        checked = self._indices
-        self.ids = np.arange(len(checked)) if ids is None else np.asarray(ids, dtype=int)
-        if self.ids.shape != (len(checked),):
-            raise InvalidArgumentError("`ids` must have one entry per fold")
+        self.ids = np.arange(len(self._indices)) if ids is None else _check_ids(
+            ids, len(self._indices))
 
     def __len__(self) -> int:
         return len(self._indices)
@@ -94,7 +93,41 @@ class Folds(Sequence):
         which = np.atleast_1d(np.asarray(which, dtype=int))
         if which.size and (which.min() < -len(self) or which.max() >= len(self)):
             raise InvalidArgumentError(f"`which` must index folds 0..{len(self) - 1}")
+        if np.unique(which % len(self)).size < which.size:
+            raise InvalidArgumentError("`which` lists a fold more than once (fold ids must stay "
+                                       "distinct)")
         return Folds([self._indices[i] for i in which], self.n, ids=self.ids[which])
+
+
+def _check_ids(ids, n_folds: int) -> np.ndarray:
+    """``ids`` as ``(n_folds,)`` distinct integers, or raise naming ``ids``."""
+    try:
+        arr = np.asarray(ids)
+    except ValueError:   # ragged nesting
+        raise InvalidArgumentError("`ids` must be a flat sequence of integers") from None
+    if arr.shape != (n_folds,):
+        raise InvalidArgumentError(f"`ids` must have one entry per fold ({n_folds}), got shape "
+                                   f"{arr.shape}")
+    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"`ids` must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(int)
+    uniq, counts = np.unique(arr, return_counts=True)
+    if np.any(counts > 1):
+        raise DuplicateFoldIdError(f"`ids` lists fold id {int(uniq[counts > 1][0])} more than "
+                                   "once; every fold needs its own id")
+    return arr
+
+
+def _as_index_array(idx, i: int) -> np.ndarray:
+    """Fold ``i`` as a flat array, or raise if it is a ragged nesting of sequences."""
+    try:
+        return np.asarray(idx).reshape(-1)
+    except ValueError:
+        raise FoldIndexError(f"fold {i} of `folds` is ragged (nested sequences of different "
+                             "lengths); each fold must be a flat sequence of integer "
+                             "indices") from None
 
 
 def _check_folds(indices, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +135,7 @@ def _check_folds(indices, n: int) -> tuple[np.ndarray, np.ndarray]:
 
     Errors name the first offending fold.
     """
-    arrays = [np.asarray(idx).reshape(-1) for idx in indices]
+    arrays = [_as_index_array(idx, i) for i, idx in enumerate(indices)]
     sizes = np.array([a.size for a in arrays], dtype=np.int64)
     if np.any(sizes == 0):
         raise EmptyFoldError(f"fold {int(np.argmin(sizes))} of `folds` is empty: it must leave "

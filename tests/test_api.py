@@ -37,6 +37,15 @@ def test_cross_validate_fits_when_params_missing(poisson_small):
     (dict(method="loo"), InvalidArgumentError, "method"),
     (dict(scheme="C"), InvalidArgumentError, "scheme"),
     (dict(level="sites"), InvalidArgumentError, "level"),
+    (dict(batch_size=-3), InvalidArgumentError, "`batch_size` must be >= 1, got -3"),
+    (dict(exact_batch_size=0, method="exact"), InvalidArgumentError, "`exact_batch_size`"),
+    (dict(cg_rtol=-1), InvalidArgumentError, "`cg_rtol` must be a finite number > 0"),
+    (dict(cg_rtol=2.0), InvalidArgumentError, "`cg_rtol` must be < 1"),
+    (dict(max_dense_dim=-1), InvalidArgumentError, "`max_dense_dim` must be >= 0"),
+    (dict(cg_max_steps=0), InvalidArgumentError, "`cg_max_steps` must be >= 1"),
+    (dict(structure_batch_size=0), InvalidArgumentError, "`structure_batch_size`"),
+    (dict(batch_size=2.5), InvalidArgumentError, "`batch_size` must be an integer"),
+    (dict(solver="lu"), InvalidArgumentError, "`solver`"),
 ])
 def test_cross_validate_rejects_bad_arguments(poisson_small, kwargs, err, match):
     model, x, params = poisson_small

@@ -4,6 +4,7 @@ Every case here is caught before any model is fitted (``demo`` is replaced by a 
 fails if reached), so no JAX function is compiled and the tests take well under a second.
 The full demo run is tested in ``test_api.py``.
 """
+import errno
 import os
 
 import numpy as np
@@ -74,6 +75,7 @@ BAD = [  # (argv after "demo", the option the one line must name)
     (["--n-folds", "0"], "--n-folds"),
     (["--n-folds", "-2"], "--n-folds"),
     (["--n-folds", "1e3"], "--n-folds"),
+    (["--n-folds", "100000000"], "--n-folds"),  # 1e8 folds of 500 points: terabytes
     (["--frac", "0"], "--frac"),
     (["--frac", "1"], "--frac"),
     (["--frac", "-0.1"], "--frac"),
@@ -251,5 +253,27 @@ def test_write_failure_under_out_is_one_line(workdir, capsys, monkeypatch):
     def raise_it(args, data=None):
         raise PermissionError(13, "Permission denied", os.path.join(args.out, "summary.json"))
     monkeypatch.setattr(cli, "demo", raise_it)
-    assert run(["demo", "--out", "o", "--quiet"]) == 1
+    assert run(["demo", "--out", "o", "--quiet"]) == 2
     assert_one_line_naming(capsys, "--out")
+
+
+def test_a_full_disk_while_writing_the_results_is_one_line_naming_out(workdir, capsys,
+                                                                      monkeypatch):
+    def full(self, *args, **kwargs):  # a write on a full disk: no file name in the error
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(cli.Path, "write_text", full)
+
+    def write_summary(args, data=None):  # the demo's last step, after the fits
+        cli._write(cli.Path(args.out) / "summary.json", lambda p: p.write_text("{}"))
+    monkeypatch.setattr(cli, "demo", write_summary)
+    assert run(["demo", "--out", "o", "--quiet"]) == 2
+    line = assert_one_line_naming(capsys, "--out")
+    assert "summary.json" in line and os.strerror(errno.ENOSPC) in line
+
+
+def test_n_folds_is_checked_against_the_memory_of_the_machine(workdir, capsys, monkeypatch):
+    monkeypatch.setattr(cli_args, "_memory_bytes", lambda: 2 ** 30)
+    assert run(["demo", "--data", "short.csv", "--n-folds", "1000000", "--out", "o",
+                "--quiet"]) == 2
+    line = assert_one_line_naming(capsys, "--n-folds")
+    assert "1000000 folds of 3 points" in line and "use at most" in line

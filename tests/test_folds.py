@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv.errors import (ArgumentTypeError, DuplicateIndexError, EmptyFoldError,
-                             FoldIndexError, FoldRemovesAllError, InvalidArgumentError)
+from approxcv.errors import (ArgumentTypeError, DuplicateFoldIdError, DuplicateIndexError,
+                             EmptyFoldError, FoldIndexError, FoldRemovesAllError,
+                             InvalidArgumentError, InvalidFoldsError)
 
 
 def test_iid_contiguous_sizes_and_weights():
@@ -44,6 +45,8 @@ def test_subset_keeps_ids():
     ([[1, 1]], DuplicateIndexError, "more than once"),
     ([list(range(10))], FoldRemovesAllError, "all 10"),
     ("abc", ArgumentTypeError, "sequence"),
+    ([[0, 1], [[2, 3], [4]]], FoldIndexError, "fold 1 of `folds` is ragged"),
+    ([[0, [1, [2]]]], FoldIndexError, "fold 0 of `folds` is ragged"),
 ])
 def test_bad_folds(folds, err, match):
     with pytest.raises(err, match=match):
@@ -68,3 +71,14 @@ def test_bad_fold_arguments(call, err, match):
 def test_errors_are_value_errors():
     with pytest.raises(ValueError):
         acv.folds.Folds([[0, 0]], 3)
+
+
+def test_fold_ids_are_distinct_integers():
+    with pytest.raises(DuplicateFoldIdError, match="`ids` lists fold id 0 more than once"):
+        acv.folds.Folds([[0], [1]], 10, ids=[0, 0])
+    assert issubclass(DuplicateFoldIdError, InvalidFoldsError)
+    with pytest.raises(InvalidArgumentError, match="`ids` must be integers"):
+        acv.folds.Folds([[0], [1]], 10, ids=["a", "b"])
+    with pytest.raises(InvalidArgumentError, match="`which` lists a fold more than once"):
+        acv.folds.iid(10, 0.2, 3).subset([1, -2])
+    assert list(acv.folds.Folds([[0], [1]], 10, ids=[7.0, 3]).ids) == [7, 3]

@@ -3,7 +3,8 @@
 A checkpoint is a directory that is only ever added to::
 
     <path>/header.json               format, version, fingerprint, record fields (written once)
-    <path>/batch-<time>-<uuid>.npz   one file per appended batch of finished folds
+    <path>/batch-<time>-<uuid>.npz   one file per appended batch of finished folds, each
+                                     carrying the run digest of the fingerprint
     <path>/.lock                     lock (``filelock``) guarding creation/check of the header
 
 Every file is written under a unique temporary name in the directory (``.tmp-<uuid>``, ignored
@@ -11,15 +12,21 @@ by readers) and published by ``os.replace``, so a reader sees a whole file or no
 number of processes may append to one path at once without losing a fold.
 
 Binding. :func:`~approxcv.engine.fingerprint.fingerprint` digests each named input (data, model hyperparameters, scheme,
-level, options that change results, the full-data parameters); the header keeps the digests
-and a mismatch raises :class:`~approxcv.errors.CheckpointError` naming the differing inputs.
+level, options that change results, the full-data parameters); the checkpoint adds the
+approxcv version (``approxcv_version``: refits of another release are not trusted). The header
+keeps the digests and a mismatch raises :class:`~approxcv.errors.CheckpointError` naming the
+differing inputs. Every batch file stores :func:`~approxcv.engine.fingerprint.run_digest` of the
+whole fingerprint, so a batch file copied in from another run's directory (merging two
+machines' results) is refused, naming the file, instead of mixing another run's refits in.
 Folds are bound one by one: each record stores :func:`~approxcv.engine.fingerprint.fold_digest` of its left-out set, so a
 fold id whose contents changed is refused, and a run on a subset of the folds (or on more
 folds) resumes from the same directory without touching the other folds' records.
 
 Records. A record is a dict of named per-fold values, declared once as ``fields = {name:
 (dtype, shape)}`` (e.g. ``{"u": ("f8", (D,)), "converged": ("?", ())}``); every batch stores
-``fold_ids (k,)``, ``fold_digests (k,)`` and one ``(k, *shape)`` array per field.
+``run_digest ()``, ``fold_ids (k,)``, ``fold_digests (k,)`` and one ``(k, *shape)`` array per
+field. A batch file that cannot be read (truncated, a flipped byte) raises ``CheckpointError``
+naming it, whatever the zip or NumPy reader raised.
 
 Validity. A record is never converged when a field named in ``finite`` (default ``("u",)``)
 holds NaN or inf: on append and on load its ``converged`` (if declared) is set to False. A
@@ -35,6 +42,7 @@ import contextlib
 import json
 import math
 import os
+import struct
 import time
 import uuid
 import zipfile
@@ -44,12 +52,18 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..errors import CheckpointError, InvalidArgumentError
-from .fingerprint import fingerprint, fold_digest
+from .fingerprint import fingerprint, fold_digest, run_digest
 
 __all__ = ["Checkpoint", "fingerprint", "fold_digest"]  # the digests are re-exported
 
-FORMAT, VERSION = "approxcv-checkpoint", 1
+FORMAT, VERSION = "approxcv-checkpoint", 2   # 2: batch files carry the run digest
 _HEADER, _LOCK = "header.json", ".lock"
+VERSION_KEY = "approxcv_version"   # the fingerprint entry a checkpoint adds itself
+# what reading a damaged .npz can raise (zipfile: NotImplementedError for an unknown
+# compression, RuntimeError for an "encrypted" member, struct.error for a cut header, ...)
+_READ_ERRORS = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, AttributeError,
+                NotImplementedError, RuntimeError, MemoryError, OverflowError, struct.error,
+                zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error)
 _STALE_TMP_S = 24 * 3600  # temporary files older than this are left-overs of killed writers
 
 
@@ -63,7 +77,8 @@ class Checkpoint:
 
     Args:
         path: directory of the checkpoint (a name ending in ``.npz`` is an ordinary name here).
-        fingerprint: ``{input name: digest}``, usually from :func:`fingerprint`.
+        fingerprint: ``{input name: digest}``, usually from :func:`fingerprint`; the approxcv
+            version is added as ``approxcv_version``.
         fields: ``{field name: (dtype, shape)}`` of one fold's record, e.g. ``{"u": ("f8",
             (D,)), "converged": ("?", ()), "num_steps": ("i8", ()), "grad_norm": ("f8", ())}``.
         finite: fields that must be finite for a record to count as converged (a declared
@@ -75,7 +90,9 @@ class Checkpoint:
                  fields: Mapping[str, tuple], *, finite: Sequence[str] = ("u",),
                  timeout: float = 60.0):
         self.path = os.fspath(path)
-        self.fingerprint = {str(k): str(v) for k, v in fingerprint.items()}
+        self.fingerprint = {**{str(k): str(v) for k, v in fingerprint.items()},
+                            VERSION_KEY: _approxcv_version()}
+        self.run_digest = run_digest(self.fingerprint)
         self.fields = {str(k): (np.dtype(d).str, tuple(int(s) for s in shape))
                        for k, (d, shape) in fields.items()}
         if not self.fields:
@@ -134,7 +151,8 @@ class Checkpoint:
         if missing:
             raise InvalidArgumentError(f"no fold digest for fold(s) {missing[:10]}; pass "
                                        "`fold_digests` or load() those folds first")
-        arrays = {"fold_ids": np.array(ids, dtype=np.int64),
+        arrays = {"run_digest": np.array(self.run_digest),
+                  "fold_ids": np.array(ids, dtype=np.int64),
                   "fold_digests": np.array([digests[fid] for fid in ids], dtype=str)}
         for fid, rec in items:
             if set(rec) != set(self.fields):
@@ -231,6 +249,8 @@ class Checkpoint:
         only_run = [k for k in self.fingerprint if k not in fp]
         if changed or only_file or only_run:
             why = [f"different {', '.join(changed)}"] if changed else []
+            if VERSION_KEY in changed:
+                why[0] += f" ({fp[VERSION_KEY]}; this is {self.fingerprint[VERSION_KEY]})"
             why += [f"inputs {only_file} that this run does not record"] if only_file else []
             why += [f"no record of inputs {only_run}"] if only_run else []
             raise CheckpointError(f"checkpoint {self.path!r} was written for {'; '.join(why)}; "
@@ -249,34 +269,50 @@ class Checkpoint:
         return sorted(n for n in names if n.startswith("batch-") and n.endswith(".npz"))
 
     def _read_batch(self, name: str, want: Mapping[int, str]):
-        """``(fold_ids, fold_digests, {field: array} or None if no wanted fold)``, checked."""
-        file = os.path.join(self.path, name)
+        """``(fold_ids, fold_digests, {field: array} or None if no wanted fold)``, checked;
+        a batch file of another run (another run digest) is refused whatever it holds."""
         try:
-            with np.load(file, allow_pickle=False) as z:
-                ids, digests = z["fold_ids"], z["fold_digests"]
-                k = len(ids)
-                if ids.ndim != 1 or ids.dtype.kind not in "iu":
-                    raise ValueError(f"fold_ids has shape {ids.shape} and dtype {ids.dtype}")
-                if digests.shape != (k,) or digests.dtype.kind != "U":
-                    raise ValueError(f"fold_digests has shape {digests.shape}, dtype "
-                                     f"{digests.dtype}; expected ({k},) strings")
-                if not any(int(i) in want for i in ids):
-                    return ids, digests, None
-                arrays = {}
-                for f, (dtype, shape) in self.fields.items():
-                    if "field_" + f not in z.files:
-                        raise ValueError(f"field {f!r} is missing")
-                    a = z["field_" + f]
-                    if a.dtype.str != dtype or a.shape != (k,) + shape:
-                        raise ValueError(f"field {f!r} has shape {a.shape} and dtype {a.dtype}, "
-                                         f"expected {(k,) + shape} and {np.dtype(dtype)}")
-                    arrays[f] = a
-        except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError,
-                zipfile.BadZipFile, zlib.error) as e:
+            ids, digests, digest, arrays = self._read_npz(name, want)
+        except _READ_ERRORS as e:
             raise CheckpointError(
                 f"checkpoint {self.path!r}: batch file {name} is damaged ({type(e).__name__}: "
                 f"{e}); delete that file to refit its folds") from e
+        if digest != self.run_digest:
+            raise CheckpointError(
+                f"checkpoint {self.path!r}: batch file {name} was written by another run (its "
+                f"fingerprint differs from {_HEADER}'s; copied from another checkpoint "
+                "directory?); move that file away to use this checkpoint")
         return ids, digests, arrays
+
+    def _read_npz(self, name: str, want: Mapping[int, str]):
+        """``(fold_ids, fold_digests, run digest, {field: array} or None)`` of one batch file;
+        raises one of ``_READ_ERRORS`` when it is unreadable or malformed."""
+        with np.load(os.path.join(self.path, name), allow_pickle=False) as z:
+            ids, digests = z["fold_ids"], z["fold_digests"]
+            k = len(ids)
+            if ids.ndim != 1 or ids.dtype.kind not in "iu":
+                raise ValueError(f"fold_ids has shape {ids.shape} and dtype {ids.dtype}")
+            if digests.shape != (k,) or digests.dtype.kind != "U":
+                raise ValueError(f"fold_digests has shape {digests.shape}, dtype "
+                                 f"{digests.dtype}; expected ({k},) strings")
+            if "run_digest" not in z.files:
+                raise ValueError("run_digest is missing")
+            digest = z["run_digest"]
+            if digest.shape != () or digest.dtype.kind != "U":
+                raise ValueError(f"run_digest has shape {digest.shape} and dtype {digest.dtype}")
+            digest = str(digest)
+            if digest != self.run_digest or not any(int(i) in want for i in ids):
+                return ids, digests, digest, None
+            arrays = {}
+            for f, (dtype, shape) in self.fields.items():
+                if "field_" + f not in z.files:
+                    raise ValueError(f"field {f!r} is missing")
+                a = z["field_" + f]
+                if a.dtype.str != dtype or a.shape != (k,) + shape:
+                    raise ValueError(f"field {f!r} has shape {a.shape} and dtype {a.dtype}, "
+                                     f"expected {(k,) + shape} and {np.dtype(dtype)}")
+                arrays[f] = a
+        return ids, digests, digest, arrays
 
     def _publish(self, content, name: str) -> str:
         """Write ``content`` (bytes, or a dict of arrays as ``.npz``) to a unique temporary
@@ -344,3 +380,9 @@ class Checkpoint:
             return v if math.isfinite(v) else math.inf
         return (not bool(rec.get("converged", True)), not finite, num("objective"),
                 num("grad_norm"))
+
+
+def _approxcv_version() -> str:
+    """The installed approxcv's version (imported late: approxcv imports this module)."""
+    from .. import __version__
+    return __version__

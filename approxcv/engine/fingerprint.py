@@ -1,13 +1,15 @@
 """Stable digests of the inputs that determine a result, for binding checkpoints to them.
 
 :func:`fingerprint` digests each named input separately, so a mismatch can name the input
-that differs; :func:`fold_digest` digests one fold's left-out set.
+that differs; :func:`run_digest` digests a whole fingerprint (the one string a checkpoint's
+batch files carry); :func:`fold_digest` digests one fold's left-out set.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import hashlib
+import json
 import types
 from collections.abc import Mapping
 
@@ -15,7 +17,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["fingerprint", "fold_digest"]
+__all__ = ["fingerprint", "fold_digest", "run_digest"]
 
 
 def fingerprint(**inputs) -> dict[str, str]:
@@ -36,6 +38,12 @@ def fingerprint(**inputs) -> dict[str, str]:
         _feed(h, value, name, set(), 0)
         out[name] = h.hexdigest()
     return out
+
+
+def run_digest(fingerprint: Mapping[str, str]) -> str:
+    """sha256 of a whole fingerprint ``{input name: digest}`` (independent of key order)."""
+    body = json.dumps({str(k): str(v) for k, v in fingerprint.items()}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def fold_digest(left_out) -> str:

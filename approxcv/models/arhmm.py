@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from .._validate import check_choice, check_positive_int
+from .._validate import as_real_array, check_choice, check_positive, check_positive_int
 from ..optim import batched_minimize
 from ..errors import InvalidArgumentError, InvalidDataError
 from ._data_scale import loc_scale, with_data_scale
@@ -104,14 +104,15 @@ class AutoregressiveEmissions(HMM):
         self.newton_max_dim = check_positive_int("newton_max_dim", newton_max_dim, 0)
         self.order = check_positive_int("order", order, 0)
         self.covariance = check_choice("covariance", covariance, COVARIANCES)
-        self.var_shape, self.var_scale = float(var_shape), float(var_scale)
-        self.cov_dof = None if cov_dof is None else float(cov_dof)
-        self.cov_scale = float(cov_scale)
+        self.var_shape = check_positive("var_shape", var_shape)
+        self.var_scale = check_positive("var_scale", var_scale)
+        self.cov_dof = None if cov_dof is None else check_positive("cov_dof", cov_dof)
+        self.cov_scale = check_positive("cov_scale", cov_scale)
 
     # ----------------------------------------------------------------- data
     def _validate_sequence(self, x, name):
-        arr = np.asarray(x) if not isinstance(x, (str, bytes)) and x is not None else x
-        if isinstance(arr, np.ndarray) and arr.ndim == 1:
+        arr = as_real_array(name, x)
+        if arr.ndim == 1:
             arr = arr[:, None]
         arr = check_array(arr, name, 2)
         if arr.shape[0] < self.order + 1:
@@ -122,7 +123,7 @@ class AutoregressiveEmissions(HMM):
     def prepare(self, data, level: str | None = None):
         """As :meth:`HMM.prepare`; also checks that all sequences have the same channels and
         adds the data's location and scale for the priors (``Sequences.data_scale``, from
-        all sequences)."""
+        all sequences), and that ``cov_dof > R - 1`` (a proper inverse-Wishart prior)."""
         if (isinstance(data, (list, tuple)) and not isinstance(data, Sequences)
                 and level != "within"):
             channels = [self._validate_sequence(s, f"data[{i}]").shape[1]
@@ -133,6 +134,12 @@ class AutoregressiveEmissions(HMM):
                     f"`data[{bad[0]}]` has {channels[bad[0]]} channel(s) but `data[0]` has "
                     f"{channels[0]}; every sequence needs the same number of channels")
         seqs, level, n = super().prepare(data, level)
+        channels = int(seqs.x.shape[-1])
+        if self.covariance == "full" and self.cov_dof is not None and \
+                self.cov_dof <= channels - 1:
+            raise InvalidArgumentError(
+                f"`cov_dof` must exceed R - 1 = {channels - 1} for data with R = {channels} "
+                f"channels (else the inverse-Wishart prior is improper), got {self.cov_dof}")
         return with_data_scale(seqs), level, n
 
     def features(self, x):
@@ -314,9 +321,8 @@ class ARHMM(AutoregressiveEmissions):
                  bias_prior_var: float = 1e4, **kwargs):
         super().__init__(n_states, order, covariance=covariance, **kwargs)
         self.weight_prior = check_choice("weight_prior", weight_prior, WEIGHT_PRIORS)
-        self.ar_prior_var, self.bias_prior_var = float(ar_prior_var), float(bias_prior_var)
-        if self.ar_prior_var <= 0 or self.bias_prior_var <= 0:
-            raise InvalidArgumentError("`ar_prior_var` and `bias_prior_var` must be positive")
+        self.ar_prior_var = check_positive("ar_prior_var", ar_prior_var)
+        self.bias_prior_var = check_positive("bias_prior_var", bias_prior_var)
 
     def __repr__(self):
         return (f"ARHMM(n_states={self.n_states}, order={self.order}, "

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import check_positive_int
+from .._validate import check_positive, check_positive_int
 from ..errors import InvalidDataError
 from ._transforms import dirichlet_log_prior
 from . import constraints as C
@@ -33,7 +33,8 @@ class CategoricalHMM(HMM):
                  **kwargs):
         super().__init__(n_states, **kwargs)
         self.n_symbols = check_positive_int("n_symbols", n_symbols, 2)
-        self.emission_concentration = float(emission_concentration)
+        self.emission_concentration = check_positive("emission_concentration",
+                                                     emission_concentration)
 
     def __repr__(self):
         return f"CategoricalHMM(n_states={self.n_states}, n_symbols={self.n_symbols})"

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import check_finite, check_positive_int
+from .._validate import as_real_array, check_finite, check_positive_int
 from ..optim import batched_minimize
 from . import constraints as C
 from .base import Model, left_out
@@ -216,7 +216,7 @@ class ERM(Model):
             return data, "within", data.num_samples
         if not isinstance(data, (tuple, list)) or len(data) != 2:
             raise ArgumentTypeError(f"`data` must be a tuple (X, y), got {type(data).__name__}")
-        X, y = _as_numeric("X", data[0]), _as_numeric("y", data[1])
+        X, y = as_real_array("X", data[0]), as_real_array("y", data[1])
         if X.ndim != 2:
             raise InvalidDataError(f"`X` must be 2-D (n_samples, n_features), got shape {X.shape}")
         if y.ndim != 1:
@@ -370,15 +370,6 @@ class ERM(Model):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(lam={self.lam!r}, fit_intercept={self.fit_intercept})"
-
-
-def _as_numeric(name: str, x) -> np.ndarray:
-    if isinstance(x, (str, bytes)) or x is None:
-        raise ArgumentTypeError(f"`{name}` must be a numeric array, got {type(x).__name__}")
-    arr = np.asarray(x)
-    if arr.dtype == object or arr.dtype.kind not in "biuf":
-        raise ArgumentTypeError(f"`{name}` must be a numeric array, got dtype {arr.dtype}")
-    return arr
 
 
 def _check_weights(weights, n: int):

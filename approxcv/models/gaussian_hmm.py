@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import check_positive_int
+from .._validate import as_real_array, check_positive, check_positive_int
 from ._data_scale import loc_scale, observed_loc_scale, with_data_scale
 from ._transforms import inverse_gamma_log_prior, normal_log_prior
 from . import constraints as C
@@ -78,14 +78,16 @@ class GaussianHMM(HMM):
                  **kwargs):
         super().__init__(n_states, **kwargs)
         self.ar_order = check_positive_int("ar_order", ar_order, 0)
-        self.mean_prior_var, self.ar_prior_var = float(mean_prior_var), float(ar_prior_var)
-        self.var_shape, self.var_scale = float(var_shape), float(var_scale)
+        self.mean_prior_var = check_positive("mean_prior_var", mean_prior_var)
+        self.ar_prior_var = check_positive("ar_prior_var", ar_prior_var)
+        self.var_shape = check_positive("var_shape", var_shape)
+        self.var_scale = check_positive("var_scale", var_scale)
 
     def __repr__(self):
         return f"GaussianHMM(n_states={self.n_states}, ar_order={self.ar_order})"
 
     def _validate_sequence(self, x, name):
-        arr = np.asarray(x)
+        arr = as_real_array(name, x)
         if arr.ndim == 1:
             arr = arr[:, None]
         return check_array(arr, name, 2)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import check_positive_int
+from .._validate import check_positive, check_positive_int
 from ..optim import batched_minimize
 from ..optim.newton import polish_rows
 from ..errors import (ArgumentTypeError, InvalidArgumentError,
@@ -65,8 +65,10 @@ class HMM(Model):
                  max_steps: int = 2000, n_perturb: int = 0, perturb_frac: float = 0.3,
                  fit_em: bool | None = None):
         self.n_states = check_positive_int("n_states", n_states, 1)
-        self.initial_concentration = float(initial_concentration)
-        self.transition_concentration = float(transition_concentration)
+        self.initial_concentration = check_positive("initial_concentration",
+                                                    initial_concentration)
+        self.transition_concentration = check_positive("transition_concentration",
+                                                       transition_concentration)
         self.n_init = check_positive_int("n_init", n_init)
         self.seed = seed
         self.max_steps = check_positive_int("max_steps", max_steps)
@@ -365,12 +367,8 @@ def check_counts(x, name: str) -> np.ndarray:
 
 def check_array(x, name: str, ndim: int, dtype_kind: str = "f") -> np.ndarray:
     """Validate an array's rank, emptiness and finiteness; return it as float or int."""
-    from .._validate import check_finite
-    if isinstance(x, (str, bytes)) or x is None:
-        raise ArgumentTypeError(f"`{name}` must be an array, got {type(x).__name__}")
-    arr = np.asarray(x)
-    if arr.dtype == object:
-        raise ArgumentTypeError(f"`{name}` must be a numeric array")
+    from .._validate import as_real_array, check_finite
+    arr = as_real_array(name, x)
     if arr.ndim != ndim:
         raise InvalidDataError(f"`{name}` must have {ndim} dimension(s), got shape {arr.shape}")
     if arr.shape[0] < 2:

@@ -37,8 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import check_positive_int
-from ..errors import InvalidArgumentError
+from .._validate import check_positive, check_positive_int
 from ._transforms import normal_log_prior
 from . import constraints as C
 from .arhmm import AutoregressiveEmissions, ridge_fit
@@ -89,12 +88,9 @@ class NeuralARHMM(AutoregressiveEmissions):
         super().__init__(n_states, order, covariance=covariance, n_init=n_init, **kwargs)
         check_positive_int("order", order, 1)
         self.hidden = check_positive_int("hidden", hidden, 1)
-        self.weight_prior_var, self.bias_prior_var = float(weight_prior_var), float(
-            bias_prior_var)
-        self.init_scale = float(init_scale)
-        if min(self.weight_prior_var, self.bias_prior_var, self.init_scale) <= 0:
-            raise InvalidArgumentError(
-                "`weight_prior_var`, `bias_prior_var` and `init_scale` must be positive")
+        self.weight_prior_var = check_positive("weight_prior_var", weight_prior_var)
+        self.bias_prior_var = check_positive("bias_prior_var", bias_prior_var)
+        self.init_scale = check_positive("init_scale", init_scale)
 
     def __repr__(self):
         return (f"NeuralARHMM(n_states={self.n_states}, order={self.order}, "

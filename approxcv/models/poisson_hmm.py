@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from .._validate import check_positive
 from . import constraints as C
 from ._transforms import gamma_log_prior
 from .hmm import HMM, check_counts
@@ -47,7 +48,8 @@ class PoissonHMM(HMM):
     def __init__(self, n_states: int, *, rate_shape: float = 1.1, rate_rate: float = 1e-3,
                  **kwargs):
         super().__init__(n_states, **kwargs)
-        self.rate_shape, self.rate_rate = float(rate_shape), float(rate_rate)
+        self.rate_shape = check_positive("rate_shape", rate_shape)
+        self.rate_rate = check_positive("rate_rate", rate_rate)
 
     def _validate_sequence(self, x, name):
         return check_counts(x, name)

@@ -161,7 +161,7 @@ class TimeVaryingPoisson(HMM):
                  max_newton_steps: int = 50, **kwargs):
         kwargs.pop("n_states", None)
         super().__init__(2, n_init=n_init, n_perturb=n_perturb, **kwargs)
-        from .._validate import check_positive_int
+        from .._validate import check_positive, check_positive_int
         self.slots_per_day = check_positive_int("slots_per_day", slots_per_day)
         self.days_per_week = check_positive_int("days_per_week", days_per_week)
         self.time_of_day = bool(time_of_day)
@@ -173,16 +173,18 @@ class TimeVaryingPoisson(HMM):
         self.normal_stay_prior = self._pair("normal_stay_prior", normal_stay_prior)
         self.event_stay_prior = self._pair("event_stay_prior", event_stay_prior)
         self.max_newton_steps = check_positive_int("max_newton_steps", max_newton_steps)
-        self.day_concentration = float(day_concentration)
-        self.profile_scale = float(profile_scale)
-        if not self.profile_scale > 0 or not self.day_concentration > 0:
-            raise InvalidArgumentError("`profile_scale` and `day_concentration` must be > 0")
+        self.day_concentration = check_positive("day_concentration", day_concentration)
+        self.profile_scale = check_positive("profile_scale", profile_scale)
 
     @staticmethod
     def _pair(name, value):
-        pair = tuple(float(v) for v in np.ravel(value))
-        if len(pair) != 2 or not all(v > 0 for v in pair):
-            raise InvalidArgumentError(f"`{name}` must be two positive numbers, got {value!r}")
+        try:
+            pair = tuple(float(v) for v in np.ravel(value))
+        except (TypeError, ValueError):
+            pair = ()
+        if len(pair) != 2 or not all(np.isfinite(v) and v > 0 for v in pair):
+            raise InvalidArgumentError(f"`{name}` must be two finite positive numbers, got "
+                                       f"{value!r}")
         return pair
 
     @property

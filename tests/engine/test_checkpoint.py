@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from approxcv.engine.checkpoint import Checkpoint
+from approxcv.engine.checkpoint import VERSION, Checkpoint
 from approxcv.engine.fingerprint import fingerprint, fold_digest
 from approxcv.errors import CheckpointError, InvalidArgumentError
 
@@ -229,10 +229,16 @@ def test_a_corrupted_byte_in_a_batch_file_raises_checkpoint_error(tmp_path):
      "fold_digests has shape"),
     ({"fold_digests": np.array([fold_digest([0, 5])])}, "KeyError"),
     ({"fold_ids": np.array([0], dtype=object), "fold_digests": np.array(["x"])}, "pickle"),
+    ({"fold_ids": np.array([0]), "fold_digests": np.array(["x"]), "run_digest": None},
+     "run_digest is missing"),
+    ({"fold_ids": np.array([0]), "fold_digests": np.array(["x"]), "run_digest": np.zeros(2)},
+     "run_digest has shape"),
 ])
 def test_a_malformed_batch_file_raises_checkpoint_error(tmp_path, arrays, what):
     ids, dig = folds()
     ck = open_ck(tmp_path / "ck")
+    arrays = {"run_digest": np.array(ck.run_digest), **arrays}
+    arrays = {k: v for k, v in arrays.items() if v is not None}
     np.savez(tmp_path / "ck" / "batch-0-bad.npz", **arrays)
     with pytest.raises(CheckpointError, match=what):
         ck.load(ids, dig)
@@ -242,7 +248,9 @@ def test_a_malformed_batch_file_raises_checkpoint_error(tmp_path, arrays, what):
     ("{not json", "header.json is unreadable"),
     ('{"format": "other"}', "not an approxcv checkpoint header"),
     ('{"format": "approxcv-checkpoint", "version": 99}', "format version 99"),
-    ('{"format": "approxcv-checkpoint", "version": 1, "fields": {}}', "valid fingerprint"),
+    ('{"format": "approxcv-checkpoint", "version": 1}', "format version 1; .* reads version 2"),
+    ('{"format": "approxcv-checkpoint", "version": %d, "fields": {}}' % VERSION,
+     "valid fingerprint"),
 ])
 def test_a_corrupted_header_raises_checkpoint_error_naming_the_path(tmp_path, header, what):
     path = tmp_path / "ck"
@@ -271,7 +279,8 @@ def test_non_finite_parameters_are_never_converged(tmp_path):
     ck.load(ids, dig)
     ck.append({0: rec(0, u=np.array([np.nan, 0.0, 1.0])), 1: rec(1)})
     # a file written by another writer with NaN marked converged
-    np.savez(tmp_path / "ck" / "batch-0-foreign.npz", fold_ids=np.array([2]),
+    np.savez(tmp_path / "ck" / "batch-0-foreign.npz", run_digest=np.array(ck.run_digest),
+             fold_ids=np.array([2]),
              fold_digests=np.array([dig[2]]), field_u=np.array([[np.inf, 0.0, 0.0]]),
              field_converged=np.array([True]), field_num_steps=np.array([3]),
              field_grad_norm=np.array([0.0]))
@@ -321,4 +330,72 @@ def test_no_temporary_file_is_left_behind_when_a_write_fails(tmp_path, monkeypat
         ck.append({2: rec(2)})
     names = listing(tmp_path / "ck")
     assert len(names) == 2 and names[0].startswith("batch-") and names[1] == "header.json"
-    assert json.loads((tmp_path / "ck" / "header.json").read_text())["version"] == 1
+    assert json.loads((tmp_path / "ck" / "header.json").read_text())["version"] == VERSION
+
+
+def test_a_batch_file_copied_from_another_runs_checkpoint_is_refused(tmp_path):
+    ids, dig = folds()
+    a, b = open_ck(tmp_path / "a"), open_ck(tmp_path / "b", scheme="B")
+    a.load(ids, dig)
+    b.load(ids, dig)
+    a.append({0: rec(0)})
+    copied = Path(b.append({1: rec(1)}))  # same folds, another scheme: merged by hand
+    (tmp_path / "a" / copied.name).write_bytes(copied.read_bytes())
+    with pytest.raises(CheckpointError, match=f"batch file {copied.name} was written by "
+                       "another run"):
+        open_ck(tmp_path / "a").load(ids, dig)
+    with pytest.raises(CheckpointError, match="another run"):  # even for folds not asked for
+        open_ck(tmp_path / "a").load(ids[2:], dig[2:])
+
+
+def test_the_approxcv_version_is_part_of_the_fingerprint(tmp_path, monkeypatch):
+    import approxcv
+    mine = approxcv.__version__
+    assert open_ck(tmp_path / "ck").fingerprint["approxcv_version"] == mine
+    monkeypatch.setattr(approxcv, "__version__", "0.0.1")
+    with pytest.raises(CheckpointError, match=rf"different approxcv_version \({mine}; this is "
+                       r"0\.0\.1\)"):
+        open_ck(tmp_path / "ck")
+
+
+def _corruptions(data: bytes, n: int, seed: int):
+    """The zip fields that made zipfile raise raw errors (compression method 99:
+    NotImplementedError; the "encrypted" flag: RuntimeError), then ``n`` seeded random
+    bit flips, byte overwrites and truncations."""
+    central = data.find(b"PK\x01\x02")
+    assert central > 0
+    method, flags = bytearray(data), bytearray(data)
+    method[central + 10] = 99
+    flags[central + 8] |= 1
+    yield bytes(method)
+    yield bytes(flags)
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        d, at = bytearray(data), int(rng.integers(len(data)))
+        kind = rng.integers(3)
+        if kind == 0:
+            d[at] ^= 1 << int(rng.integers(8))
+        elif kind == 1:
+            d[at] = int(rng.integers(256))
+        else:
+            d = d[:at]
+        yield bytes(d)
+
+
+def test_any_corruption_of_a_batch_file_is_a_checkpoint_error_or_harmless(tmp_path):
+    ck, file, ids, dig = _one_batch(tmp_path)
+    want = ck.load(ids, dig)
+    data = Path(file).read_bytes()
+    refused = 0
+    for bad in _corruptions(data, 80, seed=0):
+        Path(file).write_bytes(bad)
+        try:
+            got = ck.load(ids, dig)
+        except CheckpointError as err:
+            assert os.path.basename(file) in str(err)
+            refused += 1
+            continue
+        assert sorted(got) == sorted(want)  # a byte the reader never uses: same records
+        for fid, r in got.items():
+            assert all(np.array_equal(r[f], want[fid][f]) for f in FIELDS)
+    assert refused > 60

@@ -109,7 +109,8 @@ def test_newton_step_is_exact_for_quadratic_objective(seed, d, n):
     U, diag = run("ns", raw_problem(weighted_quadratic, data, u1, n), W, batch_size=2)
     expected = np.stack([exact_minimiser_weighted_quadratic(w, Qs, A, P) for w in W])
     np.testing.assert_allclose(np.asarray(U), expected, rtol=1e-8, atol=1e-9)
-    assert np.all(diag["ns_jitter"] == 0.0) and not any(m.any() for m in diag["unreliable"].values())
+    assert np.all(diag["ns_jitter"] == 0.0)
+    assert not any(m.any() for m in diag["unreliable"].values())
 
 
 def test_exact_refits_match_closed_form_and_w1_reproduces_fit():

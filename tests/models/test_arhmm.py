@@ -197,6 +197,10 @@ def test_invalid_hyperparameters():
         acv.models.NeuralARHMM(2, order=0)
     with pytest.raises(InvalidArgumentError, match="hidden"):
         acv.models.NeuralARHMM(2, hidden=0)
+    x = np.random.default_rng(0).normal(size=(20, 3))
+    with pytest.raises(InvalidArgumentError, match=r"`cov_dof` must exceed R - 1 = 2"):
+        acv.models.ARHMM(2, cov_dof=1.5).prepare(x)
+    acv.models.ARHMM(2, cov_dof=2.5).prepare(x)
 
 
 # ---------------------------------------------------------------- data

@@ -284,6 +284,10 @@ def test_bad_data_raise_named_errors(model):
         model.prepare((X[:, 0], y))
     with pytest.raises(ArgumentTypeError, match="`data`"):
         model.prepare(X)
+    with pytest.raises(ArgumentTypeError, match="`X` must be a numeric array .* datetime64"):
+        model.prepare((X.astype("datetime64[D]"), y))
+    with pytest.raises(ArgumentTypeError, match="`y` must be a numeric array .* dtype <U"):
+        model.prepare((X, y.astype(str)))
     with pytest.raises(InvalidArgumentError, match="`level`"):
         model.prepare((X, y), "structure")
     with pytest.raises(InvalidArgumentError, match="`weights`"):

@@ -225,6 +225,15 @@ def test_perturbation_restarts_leave_a_local_optimum_for_a_better_one(poisson_lo
     (acv.models.PoissonHMM(2), "abc", ArgumentTypeError, "array"),
     (acv.models.GaussianHMM(2), np.array([[0.0, np.inf]] * 3), InvalidDataError, "infinite"),
     (acv.models.CategoricalHMM(2, 3), np.array([0, 1, 3]), InvalidDataError, "outside"),
+    (acv.models.PoissonHMM(2), np.array(["1", "2", "3"]), ArgumentTypeError, "real numbers"),
+    (acv.models.PoissonHMM(2), np.arange(3).astype("datetime64[D]"), ArgumentTypeError,
+     "`data` must be a numeric array of real numbers, got dtype datetime64"),
+    (acv.models.GaussianHMM(2), np.array(["1.5", "2", "3"]), ArgumentTypeError, "dtype <U3"),
+    (acv.models.GaussianHMM(2), np.array([1.0, 2.0, 3.0j]), ArgumentTypeError, "complex"),
+    (acv.models.CategoricalHMM(2, 3), np.arange(3).astype("timedelta64[s]"),
+     ArgumentTypeError, "timedelta"),
+    (acv.models.GaussianHMM(2), [[[1.0, 2.0], [3.0]], np.ones((3, 2))], InvalidDataError,
+     r"`data\[0\]` is ragged"),
 ])
 def test_bad_data_is_rejected_with_named_errors(model, data, err, match):
     with pytest.raises(err, match=match):
@@ -251,3 +260,27 @@ def test_invalid_hyperparameters():
         acv.models.GaussianHMM(2, ar_order=-1)
     with pytest.raises(InvalidArgumentError, match="n_symbols"):
         acv.models.CategoricalHMM(2, 1)
+
+
+_M = acv.models
+PRIORS = {  # model constructor -> its prior hyperparameters
+    lambda **kw: _M.PoissonHMM(2, **kw): ("rate_shape", "rate_rate", "initial_concentration",
+                                          "transition_concentration"),
+    lambda **kw: _M.GaussianHMM(2, **kw): ("mean_prior_var", "var_shape", "var_scale",
+                                           "ar_prior_var"),
+    lambda **kw: _M.CategoricalHMM(2, 3, **kw): ("emission_concentration",),
+    lambda **kw: _M.ARHMM(2, **kw): ("var_shape", "var_scale", "cov_dof", "cov_scale",
+                                     "ar_prior_var", "bias_prior_var"),
+    lambda **kw: _M.NeuralARHMM(2, **kw): ("weight_prior_var", "bias_prior_var"),
+    lambda **kw: _M.TimeVaryingPoisson(**kw): ("day_concentration", "profile_scale",
+                                               "rate_prior", "event_stay_prior"),
+}
+
+
+@pytest.mark.parametrize("make, name", [(m, n) for m, names in PRIORS.items() for n in names],
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_improper_prior_hyperparameters_are_refused_naming_them(make, name):
+    pair = name.endswith("_prior")
+    for bad in [(1.0, -1.0), (np.inf, 1.0)] if pair else [-1, 0.0, np.inf, np.nan, "2"]:
+        with pytest.raises(InvalidArgumentError, match=f"`{name}` must be"):
+            make(**{name: bad})

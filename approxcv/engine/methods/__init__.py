@@ -21,11 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..._validate import check_choice, check_positive, check_positive_int
 from ...errors import ArgumentTypeError, InvalidArgumentError
 from ...optim.pd import MAX_DENSE_DIM
 from ..error_estimate import DEFAULT_TOL
 
-__all__ = ["Options", "register_method", "get_method", "available_methods"]
+__all__ = ["Options", "check_options", "register_method", "get_method", "available_methods"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class Options:
     exact refits ``"auto"`` may spend (``None``: no limit); audit: exact refits of this many
     random folds to measure the error of a method; extra: method-specific settings of user
     methods.
+
+    Every field is checked on construction (:func:`check_options`): a value out of range
+    raises :class:`~approxcv.errors.InvalidArgumentError` naming the option.
     """
     solver: str = "auto"
     max_dense_dim: int = MAX_DENSE_DIM
@@ -66,9 +70,37 @@ class Options:
     audit: int = 0
     extra: Any = None
 
+    def __post_init__(self):
+        check_options(self)
+
     def dense(self, dim: int) -> bool:
         """Whether ``ij``/``ns`` form dense Hessians for ``dim`` parameters."""
         return self.solver == "dense" or (self.solver == "auto" and dim <= self.max_dense_dim)
+
+
+def check_options(options: Options) -> None:
+    """Raise ``InvalidArgumentError`` naming the first field of ``options`` out of range:
+    sizes and step limits are integers >= 1 (``max_dense_dim`` >= 0: 0 means never dense),
+    ``cg_rtol`` lies in (0, 1), ``tol`` is positive, ``max_exact`` and ``audit`` are
+    integers >= 0."""
+    check_choice("solver", options.solver, ("auto", "dense", "cg"))
+    check_choice("level", options.level, ("within", "structure"))
+    check_positive_int("max_dense_dim", options.max_dense_dim, 0)
+    if check_positive("cg_rtol", options.cg_rtol) >= 1.0:
+        raise InvalidArgumentError(f"`cg_rtol` must be < 1, got {options.cg_rtol!r}")
+    check_positive_int("cg_max_steps", options.cg_max_steps)
+    if options.batch_size is not None:
+        check_positive_int("batch_size", options.batch_size)
+    check_positive_int("exact_batch_size", options.exact_batch_size)
+    check_positive_int("structure_batch_size", options.structure_batch_size)
+    if options.restarts is not None:
+        check_positive_int("restarts", options.restarts, 0)
+    tol = options.tol
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < float("inf"):
+        raise InvalidArgumentError(f"`tol` must be a positive finite number, got {tol!r}")
+    if options.max_exact is not None:
+        check_positive_int("max_exact", options.max_exact, 0)
+    check_positive_int("audit", options.audit, 0)
 
 
 _METHODS: dict[str, tuple[Callable, bool, bool]] = {}
