@@ -46,24 +46,25 @@ def fit_diagnostics(grad, factor: HessianFactor, u_full, warn: bool = True) -> d
     out = _stationarity(grad, solve(factor, np.asarray(grad)), u_full, warn)
     out.update({"hessian_min_eig": factor.min_eig, "hessian_max_eig": factor.max_eig,
                 "jitter": factor.jitter, "condition_number": factor.condition_number,
-                "solver": "dense"})
+                "solver": "dense", "hessian_pd": bool(factor.reliable)})
     return out
 
 
 def cg_diagnostics(grad, step, cg, u_full, rtol: float, max_steps: int, warn: bool = True,
-                   name: str = "Hessian") -> dict:
+                   name: str = "Hessian", strict: bool = True) -> dict:
     """Summarise a matrix-free (CG) solve at ``u_1``.
 
     ``hessian_min_eig`` is the smallest curvature met by the CG run (``p'Hp / p'p`` for
     single-vector CG, ``lambda_min(P'HP)`` for block CG): an *upper bound* on the smallest
-    eigenvalue (flagged by ``hessian_min_eig_is_bound``).
+    eigenvalue (flagged by ``hessian_min_eig_is_bound``). ``strict=False``: non-positive
+    curvature is recorded (``hessian_pd`` False), not raised.
 
     Raises:
-        NotPositiveDefiniteError: CG met a direction of non-positive curvature, so ``H`` is
-            not positive definite and the solve is meaningless.
+        NotPositiveDefiniteError: (``strict``) CG met a direction of non-positive
+            curvature, so ``H`` is not positive definite and the solve is meaningless.
     """
     min_curv = np.asarray(cg.min_curvature)
-    if np.any(min_curv <= 0):
+    if np.any(min_curv <= 0) and strict:
         raise NotPositiveDefiniteError(
             f"the {name} is not positive definite: conjugate gradients met a direction of "
             f"curvature {float(min_curv.min()):.3g} <= 0; is the fit at a minimum? "
@@ -81,7 +82,31 @@ def cg_diagnostics(grad, step, cg, u_full, rtol: float, max_steps: int, warn: bo
                 "hessian_max_eig": float("nan"), "jitter": 0.0,
                 "condition_number": float("nan"), "solver": "cg", "cg_rtol": float(rtol),
                 "cg_max_steps": int(max_steps), "cg_num_steps": steps,
-                "cg_residual": np.asarray(cg.residual_norm), "cg_converged": converged})
+                "cg_residual": np.asarray(cg.residual_norm), "cg_converged": converged,
+                "hessian_pd": bool(np.all(min_curv > 0))})
+    return out
+
+
+def indefinite_diagnostics(grad, hess, u_full, warn: bool = True) -> dict:
+    """:func:`fit_diagnostics` for a dense ``H`` that no jitter on the ladder makes positive
+    definite (or that is not finite): the eigenvalues of ``H`` are recorded, ``jitter``
+    and ``condition_number`` are NaN, ``hessian_pd`` is False, and the Newton step is
+    taken with ``|H|`` (eigenvalues replaced by their absolute values, floored as in
+    :mod:`approxcv.optim.precondition`)."""
+    from ..optim.precondition import PRECONDITION_EIG_FLOOR
+    hess = np.asarray(hess, np.float64)
+    nan = float("nan")
+    if np.all(np.isfinite(hess)):
+        eigs, vecs = np.linalg.eigh(0.5 * (hess + hess.T))
+        floor = max(PRECONDITION_EIG_FLOOR * float(np.max(np.abs(eigs))), 1e-300)
+        g = np.asarray(grad, np.float64)
+        step = vecs @ ((vecs.T @ g) / np.maximum(np.abs(eigs), floor))
+        min_eig, max_eig = float(eigs[0]), float(eigs[-1])
+    else:
+        step, min_eig, max_eig = np.full(len(hess), nan), nan, nan
+    out = _stationarity(grad, step, u_full, warn)
+    out.update({"hessian_min_eig": min_eig, "hessian_max_eig": max_eig, "jitter": nan,
+                "condition_number": nan, "solver": "dense", "hessian_pd": False})
     return out
 
 
@@ -138,18 +163,34 @@ def record_unreliable(diagnostics: dict, fold_loss, folds, method: str, warn: bo
             UnreliableFoldWarning, stacklevel=3)
 
 
-def fit_state(problem, options) -> dict:
+def fit_state(problem, options, strict: bool = True, with_hessian: bool = False):
     """Diagnostics of the fit at ``problem.u_full``: gradient, Newton step, Hessian.
 
     Dense (``D <= max_dense_dim`` or ``solver="dense"``): ``H`` formed and factored with the
     recorded jitter policy (:func:`fit_diagnostics`); matrix-free: the Newton step by CG
     (:func:`cg_diagnostics`). ``stage_seconds["derivatives"]`` records the time.
+
+    Args:
+        strict: raise :class:`~approxcv.errors.NotPositiveDefiniteError` when ``H`` is not
+            positive definite even with the largest jitter (methods that solve with ``H``);
+            ``False`` (exact CV, whose refits never solve with it): record the Hessian's
+            state instead (:func:`indefinite_diagnostics`, ``hessian_pd`` False).
+        with_hessian: also return the dense ``H`` (``None`` on the matrix-free path).
+
+    Returns:
+        the diagnostics dict, or ``(diagnostics, H or None)`` with ``with_hessian``.
     """
     t = time.perf_counter()
+    hess = None
     if options.dense(int(problem.u_full.shape[0])):
         grad, hess, _ = full_derivatives(problem, options, with_jacobian=False)
-        out = fit_diagnostics(grad, factor_hessian(hess, warn=options.warn), problem.u_full,
-                              warn=options.warn)
+        try:
+            out = fit_diagnostics(grad, factor_hessian(hess, warn=options.warn),
+                                  problem.u_full, warn=options.warn)
+        except NotPositiveDefiniteError:
+            if strict:
+                raise
+            out = indefinite_diagnostics(grad, hess, problem.u_full, warn=options.warn)
     else:
         nothing_out = jnp.full((1, 1), problem.n_units)   # the full-data Newton step
         full, cg = jax.block_until_ready(newton_params_cg(
@@ -157,6 +198,7 @@ def fit_state(problem, options) -> dict:
             options.cg_rtol, options.cg_max_steps, 1, False))
         grad = gradient(problem.fun, problem.u_full, jnp.ones(problem.n_units), problem.data)
         out = cg_diagnostics(grad, problem.u_full - full[0], cg, problem.u_full,
-                             options.cg_rtol, options.cg_max_steps, warn=options.warn)
+                             options.cg_rtol, options.cg_max_steps, warn=options.warn,
+                             strict=strict)
     out["stage_seconds"] = {"derivatives": time.perf_counter() - t}
-    return out
+    return (out, None if hess is None else np.asarray(hess)) if with_hessian else out

@@ -1,25 +1,48 @@
 """``"exact"``: refit every fold, warm-started at the full-data fit, with optional restarts.
 
 Each fold is refitted from the fit ``u_1`` and from ``R`` starts of the model's own
-initialisation (``problem.starts``; ``restarts=R``). The lowest converged fold objective is
-kept; a fold whose starts reach different optima (fold objectives further apart than
-``RESTART_RTOL * scale``) or that did not converge is *unreliable*: exact CV is the
-reference approximations are checked against, and a refit that may sit in a worse local
-optimum cannot serve as one. Refits run in batches of folds (one ``jit(vmap)`` each)
-through the executor seam, and finished batches are appended to a checkpoint bound to
-every input that determines them (:mod:`approxcv.engine.checkpoint`).
+initialisation (``problem.starts``; ``restarts=R``), then from other folds' refits
+(cross-fold starts); the lowest converged fold objective is kept, the warm start winning
+ties within ``RESTART_RTOL * scale`` (:mod:`approxcv.engine.exact_optima`). Exact CV is
+the reference approximations are checked against, so a fold is *unreliable* when its
+refit did not converge (``refit_unconverged``), when it is not the lowest fold objective
+found (``worse_optimum``: a lower start or cross-fold candidate did not converge), or when
+a competing optimum within ``OPTIMUM_GAP_NATS`` (2 nats) of it gives a held-out fold loss
+more than ``HELDOUT_RTOL`` (1 %) different (``restart_disagreement``). Starts that only
+reach clearly worse optima, or copies of the same optimum, flag nothing.
+
+Refits are affine-invariant where the dense Hessian ``H`` at ``u_1`` is formed (``D <=
+max_dense_dim``): they run in coordinates whitened by ``H``
+(:mod:`approxcv.optim.precondition`; an ``H`` that is not positive definite is repaired and
+the repair recorded), so the same model in other units gets the same refits. The
+matrix-free path (L-BFGS, large ``D``) and a model's own solver keep the identity scaling.
+Refits never solve with ``H``: ``params`` at which it is indefinite are accepted and its
+state is recorded (``hessian_min_eig``, ``hessian_pd``), never raised.
+
+Refits run in batches of folds (one ``jit(vmap)`` each) through the executor seam, and
+finished batches are appended to a checkpoint bound to every input that determines them
+(:mod:`approxcv.engine.checkpoint`); the cross-fold phase runs once every batch is done and
+appends each improved record (a checkpoint keeps a fold's lowest-objective record).
 
 The full-data objective is also evaluated at every refit: a refit *lower* than the fit
 shows the fit is not the best optimum (``better_optimum_folds``,
 :class:`~approxcv.errors.LocalOptimumWarning`).
+
+Diagnostics, per fold: ``exact_objective``, ``exact_converged``, ``exact_num_steps``,
+``exact_grad_norm`` (in the optimiser's coordinates: ``||dF/dv||`` when whitened),
+``exact_warm_gap`` (warm refit minus the kept one), ``exact_start_spread`` (range over the
+fold's own starts), ``exact_competing_objective`` / ``exact_competing_loss`` (the runner-up
+optimum; its held-out loss where within the gap), ``exact_lowest_objective``; per run:
+``exact_cross_starts`` (folds refitted from another fold's optimum, listed in
+``exact_improved_folds``), ``restart_disagreement_folds``, ``worse_optimum_folds``,
+``exact_precondition`` (``"hessian"``, ``"repaired"`` or ``"identity"``) and
+``exact_precondition_floored``.
 """
 from __future__ import annotations
 
 import time
 import warnings
-from functools import partial
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -27,20 +50,19 @@ from ...errors import ConvergenceWarning, InvalidArgumentError, LocalOptimumWarn
 from ...executors import run_batches
 from ...fitting import pad_rows
 from ...optim import batched_minimize, batched_newton_minimize
-from ..batching import heldout_batch_size
+from ...optim.precondition import hessian_preconditioner, preconditioned
 from ..checkpoint import Checkpoint, fingerprint, fold_digest
 from ..diagnostics import fit_state
+from ..exact_optima import (HELDOUT_RTOL, OPTIMUM_GAP_NATS, RESTART_RTOL, best_of_starts,
+                            cross_fold_refits, full_objectives, unreliable_optima)
 from ..fold_checks import with_fold_check
 from . import register_method
 
 SOLVERS = ("bfgs", "newton", "lbfgs")
-#: starts of one fold disagree when their converged fold objectives differ by more than
-#: this times the objective's scale (number of observations): far above round-off
-#: (~1e-12 per observation), far below a different local optimum
-RESTART_RTOL = 1e-6
 #: most parameters for which exact CV restarts by default; larger models refit only warm
 AUTO_RESTART_MAX_DIM = 30
 AUTO_RESTARTS = 2
+_best_of_starts = best_of_starts      # the name earlier versions used
 
 
 def default_restarts(dim: int, model_default: int | None) -> int:
@@ -69,69 +91,52 @@ class RefitBatch:
     ``__call__(u0s (b, D), weights (b, n), data) -> dict of (b,)/(b, D) NumPy arrays``:
     ``u``, ``converged``, ``num_steps``, ``grad_norm`` and ``objective`` (the fold
     objective at ``u``). Batches are padded to ``pad_to`` rows so every batch has one shape
-    and compiles once.
+    and compiles once. With a ``precondition``
+    (:class:`~approxcv.optim.precondition.Preconditioner`) the optimiser runs in whitened
+    coordinates ``v`` and ``grad_norm`` is ``||dF/dv||``, the gradient in the metric of
+    ``H / scale`` (unit-free); without, ``||dF/du||``.
     """
 
     def __init__(self, fun, scale: float, solver: str, pad_to: int, max_steps: int | None = None,
-                 newton_steps: int = 2, refit=None, rows: str = "vmap"):
+                 newton_steps: int = 2, refit=None, rows: str = "vmap", precondition=None):
         self.fun, self.scale, self.solver, self.pad_to = fun, scale, solver, pad_to
         self.rows = rows            # how a batch's rows are evaluated (optim.over_rows)
         self.refit = refit          # the model's own solver, used when solver == "model"
         self.max_steps = max_steps or (50 if solver == "newton" else 1000)
         self.newton_steps = newton_steps
+        self.precondition = None if solver == "model" else precondition
 
     def _solve(self):
         if self.solver == "model":
             return self.refit
+        fun = self.fun if self.precondition is None else preconditioned(self.fun)
         if self.solver == "newton":
-            return batched_newton_minimize(self.fun, self.scale, self.max_steps, self.rows)
-        return batched_minimize(self.fun, self.scale, self.max_steps,
+            return batched_newton_minimize(fun, self.scale, self.max_steps, self.rows)
+        return batched_minimize(fun, self.scale, self.max_steps,
                                 0 if self.solver == "lbfgs" else self.newton_steps, self.solver,
                                 self.rows)
 
     def __call__(self, u0s, weights, data):
         size = len(weights)
         u0s, weights = pad_rows(self.pad_to, u0s, weights)
+        pre = self.precondition
+        if pre is not None:
+            u0s = pre.to_whitened(u0s)
+            data = (data, jnp.asarray(pre.shift), jnp.asarray(pre.matrix))
         res = self._solve()(jnp.asarray(u0s), jnp.asarray(weights), data)
-        return {"u": np.asarray(res.u)[:size], "converged": np.asarray(res.converged)[:size],
+        u = np.asarray(res.u)[:size]
+        return {"u": u if pre is None else pre.from_whitened(u),
+                "converged": np.asarray(res.converged)[:size],
                 "num_steps": np.asarray(res.num_steps)[:size],
                 "grad_norm": np.asarray(res.grad_norm)[:size],
                 "objective": np.asarray(res.value)[:size]}
 
 
-def _best_of_starts(out: dict, n_folds: int, n_starts: int, scale: float) -> dict:
-    """Per fold: the warm start (row 0) unless another converged start is lower by more than
-    ``RESTART_RTOL * scale`` (then the lowest; a relabelled copy of the same optimum, e.g.
-    permuted states, never replaces the warm start), and ``start_spread``, the range of
-    converged objectives."""
-    shaped = {k: v.reshape((n_folds, n_starts) + v.shape[1:]) for k, v in out.items()}
-    ok = shaped["converged"] & np.isfinite(shaped["objective"])
-    value = np.where(ok, shaped["objective"], np.inf)
-    lowest = np.argmin(value, 1)
-    warm_ok = ok[:, 0] & (value[:, 0] <= value.min(1) + RESTART_RTOL * scale)
-    best = np.where(warm_ok | ~ok.any(1), 0, lowest)
-    rows = np.arange(n_folds)
-    rec = {k: v[rows, best] for k, v in shaped.items()}
-    hi = np.where(ok, shaped["objective"], -np.inf).max(1)
-    with np.errstate(invalid="ignore"):      # inf - inf where no start converged: masked
-        rec["start_spread"] = np.where(ok.sum(1) > 1, hi - value.min(1), 0.0)
-        rec["warm_gap"] = np.where(ok[:, 0] & ok.any(1), value[:, 0] - value.min(1), 0.0)
-    return rec
-
-
-@partial(jax.jit, static_argnums=(0, 4))
-def _full_objective(fun, us, ones, data, batch_size):
-    return jax.lax.map(lambda u: fun(u, ones, data), us, batch_size=batch_size)
-
-
 def _record_better_optima(diagnostics, problem, refits, folds, warn):
     """The full-data objective at every refit; refits below the fit by more than
     ``1e-9 * scale`` show the fit is a local optimum that is not the best."""
-    ones = jnp.ones(problem.n_units)
-    at_fit = float(problem.fun(problem.u_full, ones, problem.data))
-    batch = heldout_batch_size(problem.n_units, problem.data, len(refits))
-    at_refits = np.asarray(_full_objective(problem.fun, jnp.asarray(refits), ones,
-                                           problem.data, batch))
+    at_fit = float(problem.fun(problem.u_full, jnp.ones(problem.n_units), problem.data))
+    at_refits = full_objectives(problem, refits)
     diagnostics["full_objective"] = at_fit
     diagnostics["exact_full_objective"] = at_refits
     better = at_refits < at_fit - 1e-9 * problem.scale
@@ -153,27 +158,45 @@ def _record_better_optima(diagnostics, problem, refits, folds, warn):
 
 
 def _open_checkpoint(path, problem, task, starts, dim):
-    fields = {"u": ("f8", (dim,)), "converged": ("?", ()), "num_steps": ("i8", ()),
-              "grad_norm": ("f8", ()), "objective": ("f8", ()), "start_spread": ("f8", ()),
-              "warm_gap": ("f8", ())}
+    vec, num = ("f8", (dim,)), ("f8", ())
+    fields = {"u": vec, "converged": ("?", ()), "num_steps": ("i8", ()), "grad_norm": num,
+              "objective": num, "start_spread": num, "warm_gap": num, "alt_u": vec,
+              "alt_objective": num, "lowest_objective": num}
     model, scheme, level = problem.key
     print_ = fingerprint(data=problem.data, model=model, scheme=scheme, level=level,
                          params=problem.u_full, starts=starts,
                          options={"solver": task.solver, "max_steps": task.max_steps,
-                                  "newton_steps": task.newton_steps, "scale": problem.scale})
+                                  "newton_steps": task.newton_steps, "scale": problem.scale,
+                                  "precondition": _precondition_kind(task.precondition)})
     return Checkpoint(path, print_, fields)
+
+
+def _precondition_kind(pre) -> str:
+    return "identity" if pre is None else "repaired" if pre.floored else "hessian"
+
+
+def _fit_state(problem, options, solver):
+    """``(diagnostics of the fit, preconditioner or None)``; never raises on an indefinite
+    Hessian (refits do not solve with it)."""
+    if problem.refit is not None:
+        # the model's own solver (e.g. a non-smooth objective, whose gradient means
+        # nothing): its stationarity measure at the fit, from one full-data solve there
+        fit = problem.refit(problem.u_full[None], jnp.ones((1, problem.n_units)), problem.data)
+        state = {"grad_norm": float(fit.grad_norm[0]), "fit_converged": bool(fit.converged[0]),
+                 "stage_seconds": {}}
+        return state, None
+    state, hess = fit_state(problem, options, strict=False, with_hessian=True)
+    pre = None if hess is None or solver == "model" else hessian_preconditioner(
+        hess, np.asarray(problem.u_full), problem.scale)
+    state["exact_precondition"] = _precondition_kind(pre)
+    state["exact_precondition_floored"] = 0 if pre is None else pre.floored
+    return state, pre
 
 
 def exact(problem, folds, options):
     """Refit every fold (module docstring); returns ``(params (n_folds, D), diagnostics)``."""
     solver = refit_solver(problem, options)
-    if problem.refit is None:
-        state = fit_state(problem, options)
-    else:   # the model's own solver (e.g. a non-smooth objective, whose gradient means
-        # nothing): its stationarity measure at the fit, from one full-data solve there
-        fit = problem.refit(problem.u_full[None], jnp.ones((1, problem.n_units)), problem.data)
-        state = {"grad_norm": float(fit.grad_norm[0]), "fit_converged": bool(fit.converged[0]),
-                 "stage_seconds": {}}
+    state, pre = _fit_state(problem, options, solver)
     t = time.perf_counter()
     u_full = np.asarray(problem.u_full)
     dim, n = u_full.shape[0], problem.n_units
@@ -185,43 +208,73 @@ def exact(problem, folds, options):
     digest_of = dict(zip(ids, digests))
     per = max(1, options.exact_batch_size // n_starts)
     task = RefitBatch(problem.fun, problem.scale, solver, per * n_starts, refit=problem.refit,
-                      rows=problem.batch_rows)
+                      rows=problem.batch_rows, precondition=pre)
     ckpt = (None if options.checkpoint is None else
             _open_checkpoint(options.checkpoint, problem, task, starts, dim))
     done = {} if ckpt is None else ckpt.load(ids, digests)
+
+    def weights_of(positions):
+        w = np.ones((len(positions), n))
+        for r, k in enumerate(positions):
+            w[r, folds[k]] = 0.0
+        return w
+
+    def save(records):
+        if ckpt is not None and records:
+            ckpt.append(records, {fid: digest_of[fid] for fid in records})
+
     todo = [k for k, fid in enumerate(ids) if fid not in done]
     groups = [todo[s:s + per] for s in range(0, len(todo), per)]
-    batches = []
-    for group in groups:
-        w = np.ones((len(group), n))
-        for r, k in enumerate(group):
-            w[r, folds[k]] = 0.0
-        batches.append((np.tile(starts, (len(group), 1)), np.repeat(w, n_starts, 0),
-                        problem.data))
+    batches = [(np.tile(starts, (len(g), 1)), np.repeat(weights_of(g), n_starts, 0),
+                problem.data) for g in groups]
 
     def record(i, out):
-        rec = _best_of_starts(out, len(groups[i]), n_starts, problem.scale)
+        rec = best_of_starts(out, len(groups[i]), n_starts, problem.scale)
         new = {ids[k]: {f: v[j] for f, v in rec.items()} for j, k in enumerate(groups[i])}
         done.update(new)
-        if ckpt is not None:
-            ckpt.append(new, {fid: digest_of[fid] for fid in new})
+        save(new)
 
     run_batches(task, batches, executor=options.executor, progress=options.progress,
                 desc="exact CV", sizes=[len(g) for g in groups], on_result=record)
-    rows = [done[fid] for fid in ids]
-    get = lambda f: np.array([r[f] for r in rows])  # noqa: E731
-    params = np.stack([r["u"] for r in rows])
-    converged = get("converged").astype(bool) & np.all(np.isfinite(params), axis=1)
-    spread = get("start_spread")
-    disagree = spread > RESTART_RTOL * problem.scale
+    rec = {f: np.stack([np.asarray(done[fid][f]) for fid in ids]) for f in done[ids[0]]}
+
+    def refit_from(u0s, positions):
+        """Refits of the folds at ``positions``, one start each, in batches of the task's
+        shape (the program already compiled)."""
+        chunks = [np.arange(s, min(s + task.pad_to, len(positions)))
+                  for s in range(0, len(positions), task.pad_to)]
+        outs = run_batches(task, [(u0s[c], weights_of(positions[c]), problem.data)
+                                  for c in chunks], executor=options.executor,
+                           progress=options.progress, desc="exact CV (cross-fold starts)",
+                           sizes=[len(c) for c in chunks])
+        return {f: np.concatenate([o[f] for o in outs]) for f in outs[0]}
+
+    index = folds.padded()
+    improved = cross_fold_refits(
+        problem, index, rec, refit_from,
+        on_improved=lambda at: save({ids[k]: {f: v[k] for f, v in rec.items()} for k in at}))
+    params = rec["u"]
+    converged = rec["converged"].astype(bool) & np.all(np.isfinite(params), axis=1)
+    rec["converged"] = converged
+    flags = unreliable_optima(problem, index, rec, options.batch_size)
+    disagree = flags["restart_disagreement"]
     diagnostics = {**state, "exact_solver": solver, "exact_restarts": n_starts - 1,
-                   "exact_converged": converged, "exact_num_steps": get("num_steps"),
-                   "exact_grad_norm": get("grad_norm"), "exact_objective": get("objective"),
-                   "exact_start_spread": spread, "exact_warm_gap": get("warm_gap"),
+                   "exact_converged": converged, "exact_num_steps": rec["num_steps"],
+                   "exact_grad_norm": rec["grad_norm"], "exact_objective": rec["objective"],
+                   "exact_start_spread": rec["start_spread"], "exact_warm_gap": rec["warm_gap"],
+                   "exact_competing_objective": rec["alt_objective"],
+                   "exact_competing_loss": flags["competing_loss"],
+                   "exact_lowest_objective": rec["lowest_objective"],
+                   "exact_cross_starts": int(improved.sum()),
+                   "exact_improved_folds": folds.ids[improved],
+                   "exact_optimum_gap": OPTIMUM_GAP_NATS, "exact_heldout_rtol": HELDOUT_RTOL,
                    "unreliable": {"refit_unconverged": ~converged,
+                                  "worse_optimum": flags["worse_optimum"],
                                   "restart_disagreement": disagree}}
     if disagree.any():
         diagnostics["restart_disagreement_folds"] = folds.ids[disagree]
+    if flags["worse_optimum"].any():
+        diagnostics["worse_optimum_folds"] = folds.ids[flags["worse_optimum"]]
     if not converged.all() and options.warn:
         warnings.warn(f"exact refits of {int((~converged).sum())} fold(s) did not converge "
                       f"(fold ids {folds.ids[~converged][:10].tolist()}); their results are "
@@ -233,4 +286,4 @@ def exact(problem, folds, options):
 
 
 register_method("exact", with_fold_check(exact, exact=True), local=False, refits=True)
-__all__ = ["exact", "RefitBatch", "SOLVERS", "default_restarts"]
+__all__ = ["exact", "RefitBatch", "SOLVERS", "default_restarts", "RESTART_RTOL"]
