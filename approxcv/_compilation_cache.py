@@ -34,6 +34,10 @@ MIN_COMPILE_SECONDS = 0.3
 DISABLE_ENV = "APPROXCV_NO_COMPILATION_CACHE"
 
 
+#: size limit of the cache (least recently used entries are evicted beyond it)
+MAX_CACHE_BYTES = 2 * 2 ** 30
+
+
 def user_cache_dir() -> Path:
     """The per-user cache directory: ``$XDG_CACHE_HOME`` when set, else the platform's
     (platformdirs' convention)."""
@@ -73,4 +77,8 @@ def enable(config) -> str | None:
     config.update("jax_compilation_cache_dir", str(path))
     config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    # a size limit turns on JAX's eviction, and with it the file lock around every read and
+    # write: without it an entry is written in place, and a process reading it meanwhile
+    # (test workers, exact CV in a process pool) loads a partial executable and crashes
+    config.update("jax_compilation_cache_max_size", MAX_CACHE_BYTES)
     return str(path)

@@ -1,7 +1,17 @@
+import jax
 import numpy as np
 import pytest
 
 import approxcv as acv
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop every compiled program after each test module: a worker that keeps the
+    executables of the whole suite maps ever more code pages, and late in the run XLA's
+    compiler crashed (segfault / abort in ``backend_compile_and_load``)."""
+    yield
+    jax.clear_caches()
 
 
 def simulate_poisson_hmm(T, rates=(2.0, 9.0), stay=0.9, seed=0):

@@ -92,7 +92,7 @@ def ij_chord_steps(fun, chol, params, index, data, n: int, batch_size: int):
     return map_batches(one, (params, index), batch_size)
 
 
-@partial(jax.jit, static_argnums=(0, 4, 6, 7, 8))
+@partial(jax.jit, static_argnums=(0, 5, 7, 8, 9))
 def ij_chord_steps_cg(fun, u_1, params, index, data, n: int, rtol, max_steps: int,
                       batch_size: int, hvp_batch_size: int | None):
     """Matrix-free :func:`ij_chord_steps`: each chord step solves ``H d = grad F(u, w_o)``
