@@ -8,8 +8,9 @@ import approxcv as acv
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
     """Drop every compiled program after each test module: a worker that keeps the
-    executables of the whole suite maps ever more code pages, and late in the run XLA's
-    compiler crashed (segfault / abort in ``backend_compile_and_load``)."""
+    executables of the whole suite maps ever more memory regions (30k+ within one module)
+    and near the kernel's limit (65,530) XLA's compiler segfaulted or aborted in
+    ``backend_compile_and_load`` late in the run."""
     yield
     jax.clear_caches()
 
