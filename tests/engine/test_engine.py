@@ -15,6 +15,19 @@ from approxcv.optim import factor_hessian
 from approxcv.problem import Problem
 
 
+class CountingExecutor:
+    """An in-process executor that records every task it runs in ``calls``."""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def submit(self, fn, *args):
+        self.calls.append(fn)
+        fut = cf.Future()
+        fut.set_result(fn(*args))
+        return fut
+
+
 def raw_problem(fun, data, u1, n, key="quadratic"):
     """A :class:`Problem` straight from a flat objective (no model); no held-out loss."""
     return Problem(fun, lambda u, w, d: (0.0 * jnp.sum(u), jnp.zeros(n)), data,
@@ -189,15 +202,7 @@ def test_exact_checkpoint_resumes_and_rejects_other_fit(tmp_path):
     exact = engine.get_method("exact")[0]
     first, _ = exact(problem, folds[:3], engine.Options(**opts))
     calls = []
-
-    class CountingExecutor:
-        def submit(self, fn, *args):
-            calls.append(fn)
-            fut = cf.Future()
-            fut.set_result(fn(*args))
-            return fut
-
-    both, _ = exact(problem, folds, engine.Options(**opts, executor=CountingExecutor()))
+    both, _ = exact(problem, folds, engine.Options(**opts, executor=CountingExecutor(calls)))
     assert len(calls) == 2           # only the two folds not in the checkpoint were refitted
     np.testing.assert_allclose(np.asarray(both)[:3], np.asarray(first))
     expected = np.stack([exact_minimiser_weighted_quadratic(w, *raw) for w in W])

@@ -1,6 +1,5 @@
 """Which optimum an exact refit keeps (cross-fold starts), when it is flagged, refits free
 of the parameters' units, and exact CV at parameters where the Hessian is indefinite."""
-import concurrent.futures as cf
 from types import SimpleNamespace
 
 import jax.numpy as jnp
@@ -13,6 +12,7 @@ from approxcv.engine.exact_optima import (OPTIMUM_GAP_NATS, best_of_starts,
 from approxcv.errors import NotPositiveDefiniteError
 from approxcv.models import constraints as C
 from approxcv.models.base import Model, left_out
+from tests.engine.test_engine import CountingExecutor
 from tests.conftest import simulate_gaussian_hmm
 
 #: unit 0 (fold A), 1 (fold B), 2 (fold D), the rest: the tilts below
@@ -118,15 +118,7 @@ def test_cross_fold_repairs_are_checkpointed_and_resume_without_refits(tmp_path)
     path = str(tmp_path / "ck")
     first = _exact(checkpoint=path)
     calls = []
-
-    class CountingExecutor:
-        def submit(self, fn, *args):
-            calls.append(fn)
-            fut = cf.Future()
-            fut.set_result(fn(*args))
-            return fut
-
-    again = _exact(checkpoint=path, executor=CountingExecutor())
+    again = _exact(checkpoint=path, executor=CountingExecutor(calls))
     assert calls == []               # the repaired records were loaded, nothing refitted
     np.testing.assert_array_equal(again.params_flat, first.params_flat)
     assert again.params_flat[0, 0] < -0.9
