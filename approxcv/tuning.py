@@ -241,7 +241,7 @@ def _warn_support_change(u, support_prev, it, warn, warned) -> bool:
     if support_prev is None or np.array_equal(np.asarray(u) != 0, support_prev) or warned:
         return warned
     if warn:
-        from .models.elastic_net import SupportChangeWarning
+        from .models.erm.elastic_net import SupportChangeWarning
         warnings.warn(f"the support changed at iteration {it}; ALOOCV and its gradient are "
                       "piecewise smooth in lam", SupportChangeWarning, stacklevel=3)
     return True

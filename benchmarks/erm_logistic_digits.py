@@ -31,7 +31,7 @@ import pandas as pd
 
 import approxcv as acv
 from approxcv.engine.aloo import influence_losses
-from approxcv.models.logistic import Logistic
+from approxcv.models.erm.logistic import Logistic
 from approxcv.problem import make_problem
 from _common import figure, run, save_figure, write_results
 

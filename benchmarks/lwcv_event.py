@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import approxcv as acv
-from approxcv.models.time_varying_poisson import TimeVaryingPoisson
+from approxcv.models.hmm.time_varying_poisson import TimeVaryingPoisson
 from approxcv.plot import scatter
 
 HERE = Path(__file__).parent

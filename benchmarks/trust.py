@@ -146,7 +146,7 @@ def load_data(key):
 
 def make_model(name, kwargs):
     if name == "TimeVaryingPoisson":
-        from approxcv.models.time_varying_poisson import TimeVaryingPoisson
+        from approxcv.models.hmm.time_varying_poisson import TimeVaryingPoisson
         return TimeVaryingPoisson(**kwargs)
     return getattr(acv.models, name)(**kwargs)
 

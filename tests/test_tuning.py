@@ -7,9 +7,9 @@ import pytest
 
 import approxcv as acv
 from approxcv.errors import ArgumentTypeError, InvalidArgumentError
-from approxcv.models.elastic_net import ElasticNet, SupportChangeWarning
-from approxcv.models.logistic import Logistic
-from approxcv.models.ridge import Ridge
+from approxcv.models.erm.elastic_net import ElasticNet, SupportChangeWarning
+from approxcv.models.erm.logistic import Logistic
+from approxcv.models.erm.ridge import Ridge
 from approxcv.tuning import GRADIENTS, aloocv_gradient, tune_regularization
 
 
@@ -156,7 +156,7 @@ def test_algorithm_1_tunes_per_coordinate_ridge():
     assert res.cv.fold_loss.mean() == pytest.approx(res.best_acv, rel=1e-8)
 
 
-@pytest.mark.filterwarnings("ignore::approxcv.models.elastic_net.SupportChangeWarning")
+@pytest.mark.filterwarnings("ignore::approxcv.models.erm.elastic_net.SupportChangeWarning")
 def test_algorithm_2_and_elastic_net(ridge_data):
     X, y = ridge_data
     res = tune_regularization(ElasticNet(1.0, 1.0), (X, y), [1.0, 1.0], algorithm="stochastic",

@@ -1,22 +1,21 @@
-"""Models: hyperparameters plus pure functions ``objective``, ``heldout`` and ``fit``."""
-from .elastic_net import (ElasticNet, ElasticNetOnSupport, ElasticNetParams,
-                          SupportChangeWarning)
-from .erm import ERM, ERMData
-from .logistic import Logistic, LogisticParams
-from .poisson_regression import PoissonRegression, PoissonRegressionParams
-from .ridge import Ridge, RidgeParams
-from .categorical_hmm import CategoricalHMM, CategoricalHMMParams
-from .gaussian_hmm import GaussianHMM, GaussianHMMParams
-from .hmm import HMM, Sequences
-from .arhmm import ARHMM, ARHMMParams
-from .neural_arhmm import NeuralARHMM, NeuralARHMMParams
-from .poisson_hmm import PoissonHMM, PoissonHMMParams
+"""Models: hyperparameters plus pure functions ``objective``, ``heldout`` and ``fit``.
+
+One subpackage per family — :mod:`.hmm` (hidden Markov models and the time-varying
+Poisson event model), :mod:`.erm` (regularised empirical risk minimisation) — on the one
+protocol in :mod:`.base`; every public class is also available here as
+``approxcv.models.<Name>``.
+"""
+from .erm import (ERM, ERMData, ElasticNet, ElasticNetOnSupport, ElasticNetParams, Logistic,
+                  LogisticParams, PoissonRegression, PoissonRegressionParams, Ridge, RidgeParams,
+                  SupportChangeWarning)
+from .hmm import (ARHMM, HMM, ARHMMParams, CategoricalHMM, CategoricalHMMParams, GaussianHMM,
+                  GaussianHMMParams, NeuralARHMM, NeuralARHMMParams, PoissonHMM,
+                  PoissonHMMParams, Sequences, TimeVaryingPoisson, TimeVaryingPoissonParams)
 
 __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "GaussianHMMParams", "CategoricalHMM", "CategoricalHMMParams",
+           "ARHMM", "ARHMMParams", "NeuralARHMM", "NeuralARHMMParams",
+           "TimeVaryingPoisson", "TimeVaryingPoissonParams",
            "ERM", "ERMData", "Ridge", "RidgeParams", "Logistic", "LogisticParams",
            "PoissonRegression", "PoissonRegressionParams", "ElasticNet", "ElasticNetOnSupport",
            "ElasticNetParams", "SupportChangeWarning"]
-__all__ += ["ARHMM", "ARHMMParams", "NeuralARHMM", "NeuralARHMMParams"]
-from .time_varying_poisson import TimeVaryingPoisson, TimeVaryingPoissonParams  # noqa: E402
-__all__ += ["TimeVaryingPoisson", "TimeVaryingPoissonParams"]

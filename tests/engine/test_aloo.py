@@ -13,8 +13,8 @@ from approxcv.engine import aloo
 from approxcv.engine.methods import Options
 from approxcv.engine.methods.ij import ij
 from approxcv.engine.methods.ns import ns
-from approxcv.models.logistic import Logistic
-from approxcv.models.ridge import Ridge
+from approxcv.models.erm.logistic import Logistic
+from approxcv.models.erm.ridge import Ridge
 from approxcv.problem import make_problem
 
 

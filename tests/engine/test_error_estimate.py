@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv.models.ridge import Ridge
+from approxcv.models.erm.ridge import Ridge
 from tests.conftest import simulate_poisson_hmm
 from tests.test_protocol import Quadratic
 

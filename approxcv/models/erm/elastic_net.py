@@ -36,12 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._validate import check_positive_int
-from ..errors import ApproxCVWarning, InvalidArgumentError
-from ..optim import MinimizeResult
+from ..._validate import check_positive_int
+from ...errors import ApproxCVWarning, InvalidArgumentError
+from ...optim import MinimizeResult
 from .elastic_net_support import (ElasticNetOnSupport, ElasticNetParams,
                                   off_support_curvature, support_changes)
-from .erm import ERM, ERMData, check_lam, design_matrix
+from .base import ERM, ERMData, check_lam, design_matrix
 
 __all__ = ["ElasticNet", "ElasticNetParams", "ElasticNetOnSupport", "SupportChangeWarning",
            "enet_fit"]

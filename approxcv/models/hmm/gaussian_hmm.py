@@ -4,7 +4,7 @@
 (diagonal) AR coefficients ``a_{k,l} in R^R``; lags before the first step are zero (as in
 dynamax's autoregressive HMMs).
 
-Priors, in the data's units (:mod:`approxcv.models._data_scale`: ``m_r``, ``s_r`` are the
+Priors, in the data's units (:mod:`approxcv.models.hmm._data_scale`: ``m_r``, ``s_r`` are the
 mean and standard deviation of channel ``r`` over every observed step of every sequence)::
 
     mu_{k,r} ~ N((1 - sum_l a_{k,l,r}) m_r, mean_prior_var s_r^2),
@@ -28,11 +28,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import as_real_array, check_positive, check_positive_int
+from ..._validate import as_real_array, check_positive, check_positive_int
 from ._data_scale import loc_scale, observed_loc_scale, with_data_scale
-from ._transforms import inverse_gamma_log_prior, normal_log_prior
-from . import constraints as C
-from .hmm import HMM, check_array
+from .._transforms import inverse_gamma_log_prior, normal_log_prior
+from .. import constraints as C
+from .base import HMM, check_array
 
 
 class GaussianHMMParams(NamedTuple):

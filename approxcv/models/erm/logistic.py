@@ -27,7 +27,7 @@ class Logistic(GLM):
     """Logistic regression with an L2 penalty. Data: ``(X (n, p), y (n,))``, ``y`` in {0, 1}.
 
     Same minimiser as scikit-learn's ``LogisticRegression(C=1/lam)`` (scalar ``lam``).
-    Arguments as :class:`~approxcv.models._glm.GLM`.
+    Arguments as :class:`~approxcv.models.erm._glm.GLM`.
     """
     params_type = LogisticParams
     response = "binary labels 0/1"

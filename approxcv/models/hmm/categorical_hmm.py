@@ -11,11 +11,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import check_positive, check_positive_int
-from ..errors import InvalidDataError
-from ._transforms import dirichlet_log_prior
-from . import constraints as C
-from .hmm import HMM, check_array
+from ..._validate import check_positive, check_positive_int
+from ...errors import InvalidDataError
+from .._transforms import dirichlet_log_prior
+from .. import constraints as C
+from .base import HMM, check_array
 
 
 class CategoricalHMMParams(NamedTuple):

@@ -12,7 +12,7 @@ import approxcv as acv
 from approxcv import engine
 from approxcv.optim import batched_newton_minimize
 from approxcv.errors import InvalidDataError
-from approxcv.models.time_varying_poisson import (
+from approxcv.models.hmm.time_varying_poisson import (
     TimeVaryingPoisson,
     TimeVaryingPoissonParams,
     event_log_likelihood,

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 
 
 class DataScale(NamedTuple):

@@ -32,11 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import as_real_array, check_finite, check_positive_int
-from ..optim import batched_minimize
-from . import constraints as C
-from .base import Model, left_out
-from ..errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
+from ..._validate import as_real_array, check_finite, check_positive_int
+from ...optim import batched_minimize
+from .. import constraints as C
+from ..base import Model, left_out
+from ...errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
                       InvalidDataError)
 
 __all__ = ["ERM", "ERMData", "SmoothERM", "check_lam", "design_matrix"]

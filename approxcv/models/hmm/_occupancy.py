@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import EmptyStateWarning
-from ..inference import chain
+from ...errors import EmptyStateWarning
+from ...inference import chain
 
 
 @functools.partial(jax.jit, static_argnums=0)

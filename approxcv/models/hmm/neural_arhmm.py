@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import check_positive, check_positive_int
-from ._transforms import normal_log_prior
-from . import constraints as C
+from ..._validate import check_positive, check_positive_int
+from .._transforms import normal_log_prior
+from .. import constraints as C
 from .arhmm import AutoregressiveEmissions, ridge_fit
 
 

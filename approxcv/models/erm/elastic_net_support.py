@@ -12,7 +12,7 @@ whose gradient is 0 at 0 and which does not depend on the weights: every IJ/NS s
 them at exactly 0 and ``H`` block-diagonal there, so fold parameters come out in the full
 layout. ``c`` (:func:`off_support_curvature`) is of the size of the support's curvature, so
 ``H`` is no worse conditioned than its support block. Build it with
-:meth:`approxcv.models.elastic_net.ElasticNet.on_support`.
+:meth:`approxcv.models.erm.elastic_net.ElasticNet.on_support`.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..errors import InvalidArgumentError
-from .erm import ERM, check_lam, design_matrix
+from ...errors import InvalidArgumentError
+from .base import ERM, check_lam, design_matrix
 
 __all__ = ["ElasticNetParams", "ElasticNetOnSupport", "support_penalty",
            "off_support_curvature", "support_changes"]

@@ -7,10 +7,10 @@ import pytest
 
 import approxcv as acv
 from approxcv.errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
-from approxcv.models.elastic_net import ElasticNet, SupportChangeWarning
-from approxcv.models.logistic import Logistic
-from approxcv.models.poisson_regression import PoissonRegression
-from approxcv.models.ridge import Ridge
+from approxcv.models.erm.elastic_net import ElasticNet, SupportChangeWarning
+from approxcv.models.erm.logistic import Logistic
+from approxcv.models.erm.poisson_regression import PoissonRegression
+from approxcv.models.erm.ridge import Ridge
 
 sklearn = pytest.importorskip("sklearn")
 from sklearn import linear_model  # noqa: E402

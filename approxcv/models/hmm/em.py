@@ -27,10 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..inference import chain
-from ..optim.em import batched_em
-from ..optim.newton import newton_polish
-from ..optim.quasi_newton import GTOL
+from ...inference import chain
+from ...optim.em import batched_em
+from ...optim.newton import newton_polish
+from ...optim.quasi_newton import GTOL
 
 #: EM iterations at most, and the tolerance on the decrease of ``F`` per iteration
 #: (relative to the objective's scale, the number of observed steps); if a start is still
@@ -85,7 +85,7 @@ def closed_form_m_step(model, unravel, level: str):
     """
     if not model.closed_form_m_step():
         return None
-    from ..problem import flat_params
+    from ...problem import flat_params
 
     def m_step(u, stats, seqs):
         params = unravel(u)

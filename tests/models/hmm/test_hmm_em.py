@@ -1,4 +1,4 @@
-"""EM for HMMs (models/_hmm_em.py, optim/em.py): monotone, exact M-steps, and the same
+"""EM for HMMs (models/hmm/em.py, optim/em.py): monotone, exact M-steps, and the same
 optimum as BFGS on the objective itself."""
 import itertools
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv.models import _hmm_em as hmm_em
+from approxcv.models.hmm import em as hmm_em
 from approxcv.optim import batched_minimize
 from approxcv.optim.em import batched_em
 from approxcv.problem import flat_params, make_problem

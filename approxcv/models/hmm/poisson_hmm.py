@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from .._validate import check_positive
-from . import constraints as C
-from ._transforms import gamma_log_prior
-from .hmm import HMM, check_counts
+from ..._validate import check_positive
+from .. import constraints as C
+from .._transforms import gamma_log_prior
+from .base import HMM, check_counts
 
 
 class PoissonHMMParams(NamedTuple):

@@ -45,18 +45,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from ..optim import batched_newton_minimize
-from ..errors import (
+from ...optim import batched_newton_minimize
+from ...errors import (
     InvalidArgumentError,
     InvalidDataError,
 )
-from ._transforms import (
+from .._transforms import (
     dirichlet_log_prior,
     gamma_log_prior,
 )
-from . import constraints as C
+from .. import constraints as C
 from ._delaporte import event_log_likelihood
-from .hmm import HMM, Sequences, check_counts
+from .base import HMM, Sequences, check_counts
 
 __all__ = [
     "CountSeries",
@@ -161,7 +161,7 @@ class TimeVaryingPoisson(HMM):
                  max_newton_steps: int = 50, **kwargs):
         kwargs.pop("n_states", None)
         super().__init__(2, n_init=n_init, n_perturb=n_perturb, **kwargs)
-        from .._validate import check_positive, check_positive_int
+        from ..._validate import check_positive, check_positive_int
         self.slots_per_day = check_positive_int("slots_per_day", slots_per_day)
         self.days_per_week = check_positive_int("days_per_week", days_per_week)
         self.time_of_day = bool(time_of_day)

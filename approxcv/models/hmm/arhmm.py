@@ -8,11 +8,11 @@ Emission of state ``k`` given the ``p`` previous observations (seed eq. 17)::
 with full ``A_k (R, Rp)``, bias ``b_k (R,)`` and covariance ``Sigma_k = L_k L_k^T``.
 The regression weights are stored together as ``W_k = [A_k b_k]`` of shape ``(R, Rp + 1)``
 (column block ``l`` of ``A_k`` multiplies ``x_{t-l}``); the lags are those of
-:func:`approxcv.models.gaussian_hmm.lagged`.
+:func:`approxcv.models.hmm.gaussian_hmm.lagged`.
 
 Priors are stated for the standardised data ``x~ = S^{-1} (x - m)``, ``S = diag(s)``, with
 ``m_r``, ``s_r`` the mean and standard deviation of channel ``r`` over every observed step of
-every sequence (:mod:`approxcv.models._data_scale`). The same model for ``x~`` has
+every sequence (:mod:`approxcv.models.hmm._data_scale`). The same model for ``x~`` has
 ``A~_{k,l} = S^{-1} A_{k,l} S``, ``b~_k = S^{-1} (b_k - (I - sum_l A_{k,l}) m)`` and
 ``Sigma~_k = S^{-1} Sigma_k S^{-1}``; the priors below hold for these, so a fit of
 ``c x + d`` (per channel) is the fit of ``x`` in other units — exactly for ``order = 0``,
@@ -51,16 +51,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from .._validate import as_real_array, check_choice, check_positive, check_positive_int
-from ..optim import batched_minimize
-from ..errors import InvalidArgumentError, InvalidDataError
+from ..._validate import as_real_array, check_choice, check_positive, check_positive_int
+from ...optim import batched_minimize
+from ...errors import InvalidArgumentError, InvalidDataError
 from ._data_scale import loc_scale, with_data_scale
 from ._occupancy import check_occupancy
-from ._transforms import inverse_gamma_log_prior, normal_log_prior
+from .._transforms import inverse_gamma_log_prior, normal_log_prior
 from .gaussian_hmm import _kmeans, lagged
-from . import constraints as C
-from ..fitting import fit_method
-from .hmm import HMM, Sequences, check_array
+from .. import constraints as C
+from ...fitting import fit_method
+from .base import HMM, Sequences, check_array
 
 COVARIANCES = ("full", "diag")
 WEIGHT_PRIORS = ("matrix_normal", "isotropic")

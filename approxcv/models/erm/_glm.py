@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidDataError
-from .erm import ERM
+from ...errors import InvalidDataError
+from .base import ERM
 
 __all__ = ["GLM"]
 

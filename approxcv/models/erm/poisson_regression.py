@@ -29,7 +29,7 @@ class PoissonRegression(GLM):
     """Poisson regression. Data: ``(X (n, p), y (n,))`` with non-negative integer counts ``y``.
 
     Same minimiser as scikit-learn's ``PoissonRegressor(alpha=lam / n)`` (scalar ``lam``).
-    Arguments as :class:`~approxcv.models._glm.GLM`.
+    Arguments as :class:`~approxcv.models.erm._glm.GLM`.
     """
     params_type = PoissonRegressionParams
     response = "non-negative integer counts"

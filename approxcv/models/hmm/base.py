@@ -18,18 +18,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import check_positive, check_positive_int
-from ..optim import batched_minimize
-from ..optim.newton import polish_rows
-from ..errors import (ArgumentTypeError, InvalidArgumentError,
+from ..._validate import check_positive, check_positive_int
+from ...optim import batched_minimize
+from ...optim.newton import polish_rows
+from ...errors import (ArgumentTypeError, InvalidArgumentError,
                       InvalidDataError)
-from ..fitting import best_start, fit_method, padded, perturbation_restarts
-from ..inference import chain
-from . import constraints as C
-from ._hmm_em import EM_MAX_DIM, em_fit
+from ...fitting import best_start, fit_method, padded, perturbation_restarts
+from ...inference import chain
+from .. import constraints as C
+from .em import EM_MAX_DIM, em_fit
 from ._occupancy import check_occupancy
-from ._transforms import dirichlet_log_prior
-from .base import Model, left_out
+from .._transforms import dirichlet_log_prior
+from ..base import Model, left_out
 
 LEVELS = ("within", "structure")
 
@@ -37,7 +37,7 @@ LEVELS = ("within", "structure")
 class Sequences(NamedTuple):
     """Prepared sequence data: ``x`` padded to ``(S, T_max, ...)`` and ``mask (S, T_max)``;
     ``data_scale``: the data's units for priors that depend on them
-    (:class:`approxcv.models._data_scale.DataScale`), ``None`` for models without."""
+    (:class:`approxcv.models.hmm._data_scale.DataScale`), ``None`` for models without."""
     x: jax.Array
     mask: jax.Array
     data_scale: tuple | None = None
@@ -214,7 +214,7 @@ class HMM(Model):
 
         Up to ``EM_MAX_DIM`` parameters (and unless ``fit_em`` is False) every start is
         refined by generalised EM in one compiled loop and the best EM point is polished
-        by exact Newton steps (:mod:`approxcv.models._hmm_em`); when EM does not converge
+        by exact Newton steps (:mod:`approxcv.models.hmm.em`); when EM does not converge
         from every start, or the polish misses the gradient tolerance, the BFGS path runs
         from the same starts. That path refines the starts by BFGS + Newton together
         in one compiled batched loop (padded to one batch shape shared with the
@@ -257,13 +257,13 @@ class HMM(Model):
         return check_occupancy(self, self._perturbation_restarts(solve, obj, best_u), seqs)
 
     def _uses_em(self, problem) -> bool:
-        """EM first (:mod:`approxcv.models._hmm_em`) unless the model opts out
+        """EM first (:mod:`approxcv.models.hmm.em`) unless the model opts out
         (``fit_em = False``) or has more than ``EM_MAX_DIM`` parameters."""
         return self.fit_em and problem.u_full.size <= EM_MAX_DIM
 
     def _fit_problem(self, seqs, level, starts):
         """``(Problem at starts[0], (len(starts), D) unconstrained starts)`` of a fit."""
-        from ..problem import flat_params, make_problem
+        from ...problem import flat_params, make_problem
         obj = make_problem(self, seqs, starts[0], level=level, checked=True)
         return obj, np.stack([flat_params(self, p)[0] for p in starts])
 
@@ -315,7 +315,7 @@ class HMM(Model):
 
     # -------------------------------------------------------- to implement
     params_type: type = None
-    #: fit by EM + Newton polish first (:mod:`approxcv.models._hmm_em`); BFGS otherwise
+    #: fit by EM + Newton polish first (:mod:`approxcv.models.hmm.em`); BFGS otherwise
     fit_em: bool = True
     #: batched fits and refits evaluate their rows in sequence on CPU: a ``vmap``ped
     #: forward pass carries the batch through every time step (twice slower)
@@ -367,7 +367,7 @@ def check_counts(x, name: str) -> np.ndarray:
 
 def check_array(x, name: str, ndim: int, dtype_kind: str = "f") -> np.ndarray:
     """Validate an array's rank, emptiness and finiteness; return it as float or int."""
-    from .._validate import as_real_array, check_finite
+    from ..._validate import as_real_array, check_finite
     arr = as_real_array(name, x)
     if arr.ndim != ndim:
         raise InvalidDataError(f"`{name}` must have {ndim} dimension(s), got shape {arr.shape}")

@@ -1,4 +1,4 @@
-"""The event emission of :mod:`approxcv.models.time_varying_poisson`: a Delaporte likelihood.
+"""The event emission of :mod:`approxcv.models.hmm.time_varying_poisson`: a Delaporte likelihood.
 
 ``p(x | z = 1) = sum_{e=0}^{x} Poisson(x - e; lambda_t) NB(e; a, p)`` over the fixed grid
 ``e = 0..cap`` with the terms ``e > x_t`` masked, vectorised over time, evaluated as a

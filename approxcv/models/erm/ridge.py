@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .erm import ERM, ERMData
+from .base import ERM, ERMData
 
 __all__ = ["Ridge", "RidgeParams", "ridge_solve"]
 

@@ -10,7 +10,7 @@ from scipy import stats
 import approxcv as acv
 from approxcv import engine
 from approxcv.errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
-from approxcv.models.arhmm import covariances
+from approxcv.models.hmm.arhmm import covariances
 from tests.conftest import simulate_gaussian_hmm
 
 

@@ -13,8 +13,8 @@ import pytest
 import approxcv as acv
 from approxcv.errors import EmptyStateWarning, InvalidArgumentError
 from approxcv.inference import chain
-from approxcv.models._data_scale import data_scale
-from approxcv.models._occupancy import check_occupancy, state_occupancy
+from approxcv.models.hmm._data_scale import data_scale
+from approxcv.models.hmm._occupancy import check_occupancy, state_occupancy
 
 
 def two_state_series(T=150, seed=0):
