@@ -1,10 +1,12 @@
 """Models: hyperparameters plus pure functions ``objective``, ``heldout`` and ``fit``.
 
 One subpackage per family — :mod:`.hmm` (hidden Markov models and the time-varying
-Poisson event model), :mod:`.erm` (regularised empirical risk minimisation) — on the one
+Poisson event model), :mod:`.erm` (regularised empirical risk minimisation), :mod:`.crf`
+(conditional random fields) — on the one
 protocol in :mod:`.base`; every public class is also available here as
 ``approxcv.models.<Name>``.
 """
+from .crf import LinearChainCRF, LinearChainCRFParams
 from .erm import (ERM, ERMData, ElasticNet, ElasticNetOnSupport, ElasticNetParams, Logistic,
                   LogisticParams, PoissonRegression, PoissonRegressionParams, Ridge, RidgeParams,
                   SupportChangeWarning)
@@ -18,4 +20,4 @@ __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "TimeVaryingPoisson", "TimeVaryingPoissonParams",
            "ERM", "ERMData", "Ridge", "RidgeParams", "Logistic", "LogisticParams",
            "PoissonRegression", "PoissonRegressionParams", "ElasticNet", "ElasticNetOnSupport",
-           "ElasticNetParams", "SupportChangeWarning"]
+           "ElasticNetParams", "SupportChangeWarning", "LinearChainCRF", "LinearChainCRFParams"]

@@ -1,0 +1,400 @@
+"""Linear-chain conditional random field on per-token feature vectors (structured-CV paper,
+§5 and Appendix G).
+
+For a sentence with features ``x (T, F)`` and labels ``y (T,)`` in ``{0, ..., K-1}``::
+
+    s(y; theta) = start[y_1] + sum_t (x_t W + b)[y_t] + sum_{t>1} A[y_{t-1}, y_t] + stop[y_T]
+    -log p(y | x; theta) = log Z(x; theta) - s(y; theta)
+
+with parameters ``theta = (W (F, K), b (K,), A (K, K), start (K,), stop (K,))`` (``b``,
+``start`` and ``stop`` optional) and a Gaussian prior ``theta ~ N(0, prior_variance I)``.
+The kernels (forward algorithm, clamped passes, Viterbi) are in
+:mod:`approxcv.inference.crf`.
+
+Weighted objectives (the two levels of cross-validation):
+
+* ``level="structure"`` (LSCV, seed Algorithm 3): one weight per sentence::
+
+      F(theta, w) = sum_n w_n [log Z(x_n) - s(y_n)] + ||theta||^2 / (2 prior_variance)
+
+  held-out loss of a left-out sentence: ``-log p(y_n | x_n)``.
+* ``level="within"`` (LWCV, seed Algorithm 4, eq. 13): one weight per *label*, numbered
+  sentence by sentence; a left-out label is marginalised by a clamped forward pass::
+
+      F(theta, w) = sum_n [log Z(x_n) - log Z_c(x_n, y_n, w_n)] + ||theta||^2 / (2 prior_variance)
+
+  where ``log Z_c`` sums over the label paths with label factors ``w_t [k = y_t] + (1 -
+  w_t)`` (:func:`approxcv.inference.crf.clamp_factors`): all weights 1 give the ordinary
+  CRF likelihood, all 0 give 0. Held-out losses: ``-log p(y_o | x, y_kept)`` per fold and
+  ``-log p(y_t | x, y_kept)`` per left-out label, in the full model.
+
+  The objective is not linear in a label's weight: for one label with conditional
+  probability ``p = p(y_t | x, y_rest)``, ``d grad F / d w_t = -grad p / p^2`` at ``w = 1``
+  while removing the label changes the gradient by ``grad log p = grad p / p``, so the IJ
+  step overshoots by ``1 / p`` on labels the model finds unlikely. NS has no such bias; the
+  engine's error estimate lists the IJ's folds where it matters.
+
+Sentences are sorted by length into buckets, each padded to its longest sentence and run
+as one batched forward pass; the fewest buckets are made whose padding is at most
+``max_padding`` times the tokens (:func:`bucket_lengths`).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..._validate import check_positive, check_positive_int
+from ...errors import ConvergenceWarning, FitError, InvalidArgumentError, InvalidDataError
+from ...inference import crf
+from ...optim import batched_minimize
+from .. import constraints as C
+from ..base import Model, left_out
+
+__all__ = ["LinearChainCRF", "LinearChainCRFParams", "CRFData", "CRFBucket"]
+
+LEVELS = ("structure", "within")
+#: dense BFGS with a Newton polish up to this many parameters, L-BFGS above
+DENSE_FIT_MAX_DIM = 600
+
+
+class LinearChainCRFParams(NamedTuple):
+    """``weights (F, K)``, ``bias (K,)``, ``transitions (K, K)``, ``start (K,)``,
+    ``stop (K,)``; a disabled term has shape ``(0,)``."""
+    weights: np.ndarray
+    bias: np.ndarray
+    transitions: np.ndarray
+    start: np.ndarray
+    stop: np.ndarray
+
+
+class CRFBucket(NamedTuple):
+    """Sentences of similar length, padded: ``features (N_b, T_b, F)``, ``labels (N_b,
+    T_b)``, ``mask (N_b, T_b)``, ``sentence (N_b,)`` (index in the data) and ``token (N_b,
+    T_b)`` (index of each label among all labels; the number of labels on padding)."""
+    features: jax.Array
+    labels: jax.Array
+    mask: jax.Array
+    sentence: jax.Array
+    token: jax.Array
+
+
+class CRFData(NamedTuple):
+    """Prepared sentences: a tuple of :class:`CRFBucket`, the label counts ``lengths (N,)``
+    and the sentence of every label ``token_sentence (n_tokens,)`` (their shapes give the
+    numbers of units, static under ``jit``)."""
+    buckets: tuple
+    lengths: jax.Array
+    token_sentence: jax.Array
+
+    @property
+    def num_sentences(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_sentence.shape[0])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.buckets[0].features.shape[2])
+
+
+#: most length buckets :func:`bucket_lengths` makes (each is compiled on its own)
+MAX_BUCKETS = 32
+
+
+def bucket_lengths(lengths, max_padding: float) -> np.ndarray:
+    """Bucket id of every sentence: the fewest buckets (sentences split by length rank into
+    groups of equal count) whose padded cells are at most ``(1 + max_padding)`` times the
+    tokens, or :data:`MAX_BUCKETS`. Each bucket is one compiled forward pass, so fewer
+    buckets compile faster and more waste less work on padding."""
+    lengths = np.asarray(lengths)
+    order = np.argsort(lengths, kind="stable")
+    budget = (1.0 + max_padding) * lengths.sum()
+    for num in range(1, min(MAX_BUCKETS, len(lengths)) + 1):
+        groups = np.array_split(order, num)
+        if sum(len(g) * lengths[g].max() for g in groups) <= budget:
+            break
+    bucket = np.empty(len(lengths), dtype=int)
+    for b, g in enumerate(groups):
+        bucket[g] = b
+    return bucket
+
+
+class LinearChainCRF(Model):
+    """Linear-chain CRF ``p(y | x)`` with unary scores linear in per-token features.
+
+    Args:
+        n_labels: number of labels ``K``.
+        prior_variance: variance of the Gaussian prior on every parameter (the usual L2
+            penalty ``||theta||^2 / (2 prior_variance)``; 10 is the common default of the
+            CRF literature, Sutton and McCallum 2012, §5.1.1).
+        bias: a per-label unary bias ``b``.
+        start_stop: scores of the first and last label.
+        max_steps: optimiser steps of the fit.
+        max_padding: padding allowed when sentences are bucketed by length, as a fraction
+            of the tokens (:func:`bucket_lengths`; each bucket compiles on its own).
+
+    Data: a list of ``(features (T, F), labels (T,))`` sentences (``T >= 1`` may differ),
+    or a :class:`CRFData` from :meth:`prepare`. Default level ``"structure"``.
+    """
+
+    def __init__(self, n_labels: int, *, prior_variance: float = 10.0, bias: bool = True,
+                 start_stop: bool = True, max_steps: int = 1000, max_padding: float = 0.5):
+        self.n_labels = check_positive_int("n_labels", n_labels, 2)
+        self.prior_variance = check_positive("prior_variance", prior_variance)
+        self.bias = bool(bias)
+        self.start_stop = bool(start_stop)
+        self.max_steps = check_positive_int("max_steps", max_steps)
+        self.max_padding = float(max_padding)
+        if not np.isfinite(self.max_padding) or self.max_padding < 0.0:
+            raise InvalidArgumentError(f"`max_padding` must be >= 0, got {max_padding!r}")
+        self.fit_result_: dict | None = None
+
+    # ----------------------------------------------------------------- data
+    def prepare(self, data, level: str | None = None):
+        """Validate ``data`` and return ``(CRFData, level, num_units)``.
+
+        Raises:
+            InvalidArgumentError: an unknown level, or ``data`` not a list of sentences.
+            InvalidDataError: an empty sentence, non-finite or ragged features, labels out
+                of range or of another length than the features.
+        """
+        level = "structure" if level is None else level
+        if level not in LEVELS:
+            raise InvalidArgumentError(f"`level` must be one of {LEVELS}, got {level!r}")
+        if not isinstance(data, CRFData):
+            data = self._prepare_sentences(data)
+        n = data.num_sentences if level == "structure" else data.num_tokens
+        if level == "structure" and n < 2:
+            raise InvalidArgumentError(
+                f"level='structure' needs at least 2 sentences, got {n}")
+        return data, level, n
+
+    def _prepare_sentences(self, data) -> CRFData:
+        if not isinstance(data, (list, tuple)) or not data:
+            raise InvalidArgumentError(
+                "`data` must be a non-empty list of (features (T, F), labels (T,)) sentences")
+        feats, labs = [], []
+        for i, sent in enumerate(data):
+            if not isinstance(sent, (list, tuple)) or len(sent) != 2:
+                raise InvalidArgumentError(
+                    f"data[{i}] must be a pair (features (T, F), labels (T,))")
+            x, y = self._check_sentence(sent[0], sent[1], i)
+            if feats and x.shape[1] != feats[0].shape[1]:
+                raise InvalidDataError(
+                    f"data[{i}] has {x.shape[1]} features per token, data[0] has "
+                    f"{feats[0].shape[1]}: every token needs the same feature vector length")
+            feats.append(x)
+            labs.append(y)
+        return self._bucketed(feats, labs)
+
+    def _check_sentence(self, x, y, i):
+        try:
+            x = np.asarray(x, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidDataError(f"data[{i}] features are not numeric: {exc}") from None
+        y_arr = np.asarray(y)
+        if x.ndim != 2:
+            raise InvalidDataError(f"data[{i}] features must be (T, F), got shape {x.shape}")
+        if x.shape[0] == 0:
+            raise InvalidDataError(f"data[{i}] is an empty sentence (no tokens)")
+        if not np.all(np.isfinite(x)):
+            raise InvalidDataError(f"data[{i}] features contain NaN or inf")
+        if y_arr.shape != (x.shape[0],):
+            raise InvalidDataError(f"data[{i}] labels must have shape ({x.shape[0]},) like "
+                                   f"its features, got {y_arr.shape}")
+        if not (np.issubdtype(y_arr.dtype, np.integer)
+                or (np.issubdtype(y_arr.dtype, np.floating)
+                    and np.all(np.isfinite(y_arr)) and np.all(y_arr == np.round(y_arr)))):
+            raise InvalidDataError(f"data[{i}] labels must be integers in [0, {self.n_labels})")
+        y_arr = y_arr.astype(np.int64)
+        if y_arr.min() < 0 or y_arr.max() >= self.n_labels:
+            raise InvalidDataError(
+                f"data[{i}] labels must lie in [0, {self.n_labels}) (n_labels="
+                f"{self.n_labels}), got values from {y_arr.min()} to {y_arr.max()}")
+        return x, y_arr
+
+    def _bucketed(self, feats, labs) -> CRFData:
+        lengths = np.array([len(y) for y in labs])
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        n_tokens = int(lengths.sum())
+        bucket_of = bucket_lengths(lengths, self.max_padding)
+        buckets = []
+        for b in np.unique(bucket_of):
+            idx = np.flatnonzero(bucket_of == b)
+            t_b = int(lengths[idx].max())
+            x = np.zeros((len(idx), t_b, feats[0].shape[1]))
+            y = np.zeros((len(idx), t_b), dtype=np.int32)
+            mask = np.zeros((len(idx), t_b))
+            token = np.full((len(idx), t_b), n_tokens, dtype=np.int32)
+            for r, i in enumerate(idx):
+                x[r, :lengths[i]], y[r, :lengths[i]], mask[r, :lengths[i]] = feats[i], labs[i], 1
+                token[r, :lengths[i]] = offsets[i] + np.arange(lengths[i])
+            buckets.append(CRFBucket(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask),
+                                     jnp.asarray(idx, dtype=jnp.int32), jnp.asarray(token)))
+        return CRFData(tuple(buckets), jnp.asarray(lengths, dtype=jnp.int32),
+                       jnp.asarray(np.repeat(np.arange(len(lengths)), lengths), dtype=jnp.int32))
+
+    def objective_scale(self, data: CRFData) -> float:
+        """Number of labels (normalises optimiser tolerances)."""
+        return float(data.num_tokens)
+
+    # ----------------------------------------------------------- parameters
+    def param_constraints(self):
+        return LinearChainCRFParams(C.Real(), C.Real(), C.Real(), C.Real(), C.Real())
+
+    def _shapes(self, num_features: int):
+        k = self.n_labels
+        return LinearChainCRFParams((num_features, k), (k if self.bias else 0,), (k, k),
+                                    (k if self.start_stop else 0,),
+                                    (k if self.start_stop else 0,))
+
+    def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
+        """``n`` starts: zeros (the objective is convex), then small random ones."""
+        data, _, _ = self.prepare(data, level)
+        shapes = self._shapes(data.num_features)
+        rng = np.random.default_rng(seed)
+        return [LinearChainCRFParams(*(np.zeros(s) if i == 0 else 0.01 * rng.normal(size=s)
+                                       for s in shapes)) for i in range(n)]
+
+    def log_prior(self, params):
+        """``-||theta||^2 / (2 prior_variance)`` (constant dropped)."""
+        sq = sum(jnp.sum(jnp.square(p)) for p in params)
+        return -0.5 * sq / self.prior_variance
+
+    def scores(self, params, features):
+        """``(unary (..., T, K), transitions, start, stop)`` with zeros for disabled terms."""
+        k = self.n_labels
+        unary = features @ params.weights
+        if self.bias:
+            unary = unary + params.bias
+        zeros = jnp.zeros(k, unary.dtype)
+        start = params.start if self.start_stop else zeros
+        stop = params.stop if self.start_stop else zeros
+        return unary, params.transitions, start, stop
+
+    # ------------------------------------------------------ objective & loss
+    def objective(self, params, data, weights, scheme: str = "A", level: str | None = None):
+        """Weighted negative log-likelihood plus the negative log prior (module docstring).
+
+        ``scheme`` is ignored: labels are clamped or marginalised (the seed's scheme C).
+        """
+        data, level, n = self.prepare(data, level)
+        weights = _check_weights(weights, n)
+        total = 0.0
+        for bucket in data.buckets:
+            unary, trans, start, stop = self.scores(params, bucket.features)
+            log_z = jax.vmap(crf.log_partition, (0, None, None, None, 0))(
+                unary, trans, start, stop, bucket.mask)
+            if level == "structure":
+                score = jax.vmap(crf.path_score, (0, None, None, None, 0, 0))(
+                    unary, trans, start, stop, bucket.mask, bucket.labels)
+                total = total + jnp.dot(weights[bucket.sentence], log_z - score)
+            else:
+                w_tok = _token_weights(weights, bucket.token)
+                factors = jax.vmap(crf.clamp_factors, (0, 0, None))(
+                    bucket.labels, w_tok, self.n_labels)
+                log_zc = jax.vmap(crf.log_partition, (0, None, None, None, 0, 0))(
+                    unary, trans, start, stop, bucket.mask, factors)
+                total = total + jnp.sum(log_z - log_zc)
+        return total - self.log_prior(params)
+
+    def heldout_loss(self, params, data, weights, level: str | None = None):
+        """``(fold_loss, point_losses (n,))`` of the units with weight 0, in the full model.
+
+        Structure: ``-log p(y_n | x_n)`` per left-out sentence. Within: ``-log p(y_o | x,
+        y_kept)`` summed over sentences, and ``-log p(y_t | x, y_kept)`` per left-out label.
+        """
+        data, level, n = self.prepare(data, level)
+        weights = _check_weights(weights, n)
+        out = left_out(weights)
+        fold, points = 0.0, jnp.zeros(n, jnp.float64)
+        for bucket in data.buckets:
+            unary, trans, start, stop = self.scores(params, bucket.features)
+            score = jax.vmap(crf.path_score, (0, None, None, None, 0, 0))(
+                unary, trans, start, stop, bucket.mask, bucket.labels)
+            if level == "structure":
+                log_z = jax.vmap(crf.log_partition, (0, None, None, None, 0))(
+                    unary, trans, start, stop, bucket.mask)
+                loss = jnp.where(out[bucket.sentence], log_z - score, 0.0)
+                fold = fold + jnp.sum(loss)
+                points = points.at[bucket.sentence].set(loss)
+                continue
+            kept = 1.0 - _token_weights(out.astype(jnp.float64), bucket.token)
+            factors = jax.vmap(crf.clamp_factors, (0, 0, None))(bucket.labels, kept,
+                                                                self.n_labels)
+            post = jax.vmap(crf.posterior, (0, None, None, None, 0, 0))(
+                unary, trans, start, stop, bucket.mask, factors)
+            any_left = jnp.any((kept == 0) & (bucket.mask > 0), axis=1)
+            fold = fold + jnp.sum(jnp.where(any_left, post.log_normalizer - score, 0.0))
+            p_label = jnp.take_along_axis(post.marginals, bucket.labels[..., None], -1)[..., 0]
+            left = (kept == 0) & (bucket.mask > 0)
+            loss = jnp.where(left, -jnp.log(jnp.where(left, p_label, 1.0)), 0.0)
+            points = points.at[bucket.token].set(loss, mode="drop")
+        return fold, points
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, data, level: str | None = None):
+        """Minimise the negative log posterior at unit weights from zero (convex).
+
+        Dense BFGS with a Newton polish up to :data:`DENSE_FIT_MAX_DIM` parameters, L-BFGS
+        above; the run is recorded in ``self.fit_result_``.
+
+        Raises:
+            FitError: the objective or parameters are not finite.
+        Warns:
+            ConvergenceWarning: the optimiser stopped before its criterion was met.
+        """
+        from ...problem import make_problem
+        data, level, n = self.prepare(data, level)
+        p0 = self.init_params(data, level)[0]
+        problem = make_problem(self, data, p0, level=level, checked=True)
+        dim = int(problem.u_full.shape[0])
+        dense = dim <= DENSE_FIT_MAX_DIM
+        solve = batched_minimize(problem.fun, problem.scale, self.max_steps, 2 if dense else 0,
+                                 "bfgs" if dense else "lbfgs")
+        res = solve(problem.u_full[None], jnp.ones((1, n)), problem.data)
+        u = np.asarray(res.u[0])
+        info = {"objective": float(res.value[0]), "grad_norm": float(res.grad_norm[0]),
+                "converged": bool(res.converged[0]), "num_steps": int(res.num_steps[0])}
+        self.fit_result_ = info
+        if not (np.isfinite(info["objective"]) and np.all(np.isfinite(u))):
+            raise FitError(f"{type(self).__name__}.fit: the objective or parameters are not "
+                           f"finite (objective {info['objective']})")
+        if not info["converged"]:
+            warnings.warn(f"{type(self).__name__}.fit did not converge in {self.max_steps} "
+                          f"steps (gradient norm {info['grad_norm']:.3g})",
+                          ConvergenceWarning, stacklevel=2)
+        return LinearChainCRFParams(*(np.asarray(p) for p in problem.unravel(u)))
+
+    def predict(self, params, features) -> list:
+        """Viterbi labels of each sentence's ``features (T, F)`` (a list of arrays)."""
+        out = []
+        for i, x in enumerate(features):
+            x, _ = self._check_sentence(x, np.zeros(len(x), dtype=int), i)
+            unary, trans, start, stop = self.scores(params, jnp.asarray(x))
+            out.append(np.asarray(_viterbi(unary, trans, start, stop)))
+        return out
+
+
+@jax.jit
+def _viterbi(unary, trans, start, stop):
+    return crf.viterbi(unary, trans, start, stop, jnp.ones(unary.shape[0]))
+
+
+def _token_weights(weights, token):
+    """Weights of the labels at ``token (N_b, T_b)``; 1 on padding (index ``n``)."""
+    return jnp.asarray(weights).at[token].get(mode="fill", fill_value=1.0)
+
+
+def _check_weights(weights, n):
+    weights = jnp.asarray(weights, dtype=jnp.float64)
+    if weights.shape != (n,):
+        raise InvalidArgumentError(
+            f"`weights` must have shape ({n},) (one per unit), got {weights.shape}")
+    return weights

@@ -1,0 +1,110 @@
+"""LinearChainCRF: weighted objectives at both levels and held-out losses against
+enumeration over label paths; bad input gets named errors."""
+import itertools
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy.special import logsumexp
+
+import approxcv as acv
+from approxcv.errors import InvalidDataError
+
+K, F = 3, 2
+
+
+def corpus(n=6, seed=0, lengths=(1, 4)):
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(F, K)) * 2
+    out = []
+    for _ in range(n):
+        t = int(rng.integers(lengths[0], lengths[1] + 1))
+        x = rng.normal(size=(t, F))
+        out.append((x, np.argmax(x @ w + rng.gumbel(size=(t, K)), 1)))
+    return out
+
+
+def params_for(model, data, seed=1):
+    rng = np.random.default_rng(seed)
+    return model.params_template(data)._replace(**{
+        f: rng.normal(size=np.shape(getattr(model.params_template(data), f)))
+        for f in acv.models.LinearChainCRFParams._fields})
+
+
+def brute_log_probs(model, params, x, y):
+    """log p(z | x) of every path z (by enumeration) and the paths."""
+    unary, trans, start, stop = (np.asarray(a) for a in model.scores(params, jnp.asarray(x)))
+    t = len(y)
+    paths = np.array(list(itertools.product(range(K), repeat=t)))
+    s = (start[paths[:, 0]] + unary[np.arange(t), paths].sum(1)
+         + trans[paths[:, :-1], paths[:, 1:]].sum(1) + stop[paths[:, -1]])
+    return s - logsumexp(s), paths
+
+
+@pytest.mark.parametrize("start_stop", [True, False])
+def test_objectives_and_heldout_equal_enumeration(start_stop):
+    model = acv.models.LinearChainCRF(K, start_stop=start_stop, max_padding=0.0)
+    data = corpus()
+    params = params_for(model, data)
+    prior = -float(model.log_prior(params))
+    nll = [-brute_log_probs(model, params, x, y)[0][
+        np.flatnonzero(np.all(brute_log_probs(model, params, x, y)[1] == y, axis=1))[0]]
+        for x, y in data]
+    # structure level: weighted sum of -log p(y_n | x_n)
+    w = np.linspace(0.0, 1.0, len(data))
+    np.testing.assert_allclose(model.objective(params, data, w, level="structure"),
+                               np.dot(w, nll) + prior, rtol=1e-10)
+    # within: all weights 1 is the ordinary likelihood, all 0 leaves the prior
+    n_tok = sum(len(y) for _, y in data)
+    np.testing.assert_allclose(model.objective(params, data, np.ones(n_tok), level="within"),
+                               sum(nll) + prior, rtol=1e-10)
+    np.testing.assert_allclose(model.objective(params, data, np.zeros(n_tok), level="within"),
+                               prior, rtol=1e-10)
+    # within held-out: -log p(y_o | x, y_kept) and -log p(y_t | x, y_kept) by enumeration
+    w = np.ones(n_tok)
+    w[[1, 2, 4, n_tok - 1]] = 0.0
+    fold, points = model.heldout_loss(params, data, w, level="within")
+    want_fold, want_points, start = 0.0, np.zeros(n_tok), 0
+    for x, y in data:
+        lp, paths = brute_log_probs(model, params, x, y)
+        kept = w[start:start + len(y)] == 1
+        consistent = np.all(paths[:, kept] == y[kept], axis=1)
+        log_kept = logsumexp(lp[consistent])
+        want_fold += log_kept - lp[np.all(paths == y, axis=1)][0]
+        for t in np.flatnonzero(~kept):
+            want_points[start + t] = log_kept - logsumexp(lp[consistent & (paths[:, t] == y[t])])
+        start += len(y)
+    np.testing.assert_allclose(fold, want_fold, rtol=1e-10)
+    np.testing.assert_allclose(points, want_points, rtol=1e-10, atol=1e-12)
+    # structure held-out: -log p(y_n | x_n) of the left-out sentences
+    w = np.ones(len(data))
+    w[[0, 3]] = 0.0
+    fold, points = model.heldout_loss(params, data, w, level="structure")
+    np.testing.assert_allclose(points, np.where(w == 0, nll, 0.0), rtol=1e-10)
+
+
+def test_buckets_change_nothing_but_padding():
+    data = corpus(n=12, seed=2, lengths=(1, 9))
+    one, many = (acv.models.LinearChainCRF(K, max_padding=m) for m in (100.0, 0.0))
+    assert len(one.prepare(data)[0].buckets) == 1 and len(many.prepare(data)[0].buckets) > 2
+    params = params_for(one, data)
+    n_tok = sum(len(y) for _, y in data)
+    w = np.random.default_rng(3).uniform(size=n_tok)
+    for level, ww in (("structure", w[:12]), ("within", w)):
+        np.testing.assert_allclose(one.objective(params, data, ww, level=level),
+                                   many.objective(params, data, ww, level=level), rtol=1e-12)
+    pred = one.predict(params, [x for x, _ in data])
+    lp, paths = brute_log_probs(one, params, *data[5])
+    np.testing.assert_array_equal(pred[5], paths[np.argmax(lp)])
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda d: [(d[0][0], d[0][1] + K)] + d[1:], "must lie in"),
+    (lambda d: [(np.ones((3, F + 1)), np.zeros(3, int))] + d[1:], "features per token"),
+    (lambda d: [(np.ones((0, F)), np.zeros(0, int))] + d[1:], "empty sentence"),
+    (lambda d: [(np.full((2, F), np.nan), np.zeros(2, int))] + d[1:], "NaN"),
+    (lambda d: [(np.ones((2, F)), np.zeros(3, int))] + d[1:], "labels must have shape"),
+])
+def test_bad_input_gets_a_named_error(bad, match):
+    with pytest.raises(InvalidDataError, match=match):
+        acv.models.LinearChainCRF(K).prepare(bad(corpus()))
