@@ -59,6 +59,11 @@ class CheckpointError(ApproxCVError, ValueError):
     The message names the path and what is wrong (the damaged file, or the differing inputs)."""
 
 
+class DatasetNotInstalledError(ApproxCVError, FileNotFoundError):
+    """A data set approxcv reads from another package is not installed (the message says
+    how to install it)."""
+
+
 class ApproxCVWarning(UserWarning):
     """Base class of approxcv warnings."""
 

@@ -3,7 +3,8 @@
 Bundled: ``calls``, the five-minute call volumes of a large North American
 bank from the R package fpp2, and ``basic_motions``, the 80 smart-watch motion
 sequences of the UEA/UCR BasicMotions problem as shipped in aeon (see
-``PROVENANCE.md`` in this directory). Nothing here imports JAX; pandas is imported only when a
+``PROVENANCE.md`` in this directory). Read from another package when installed:
+CoNLL-2003 English NER (:func:`load_conll2003`, not shipped: Reuters text). Nothing here imports JAX; pandas is imported only when a
 DataFrame is requested.
 """
 
@@ -18,7 +19,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["available", "load_calls", "describe_calls", "load_basic_motions", "BasicMotions"]
+__all__ = ["available", "load_calls", "describe_calls", "load_basic_motions", "BasicMotions",
+           "load_conll2003", "read_conll", "ConllSentence", "NER_TAGS"]
+
+from .conll2003 import NER_TAGS, ConllSentence, load_conll2003, read_conll  # noqa: E402
 
 _CALLS_FILE = "calls.csv"
 _BASIC_MOTIONS_FILE = "basic_motions.npz"
