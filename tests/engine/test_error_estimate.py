@@ -139,3 +139,25 @@ def test_summaries_of_two_methods_average_the_same_folds(tiny_hmm):
         ok = ~res.unreliable
         expected = np.mean(res.fold_loss[ok]) if ok.any() else np.nan
         np.testing.assert_allclose(s["mean_fold_loss_reliable"], expected, rtol=1e-14)
+
+
+def test_inexact_fit_terms_and_the_diagonal_regulariser():
+    """Proposition 2's per-fold term ``||sum_{t in o} J[:, t]||`` and ``hessian_diagonal``
+    (``u_IJ = u + (H + lambda I)^{-1} sum_{t in o} J[:, t]``) against the closed form of
+    the quadratic ``F = sum_i w_i c_i/2 (u - a_i)^2 + u^2/2`` at a point that is not its
+    optimum."""
+    model, a = Quadratic(), np.array([1.0, 2.0, -1.0, 0.5])
+    c, u = np.asarray(model.curvatures), 0.3
+    hess = c.sum() + 1.0
+    for lam in (0.0, 0.5):
+        res = acv.cross_validate(model, a, acv.folds.leave_one_out(4), "ij", params=(u,),
+                                 hessian_diagonal=lam, progress=False, warn=False)
+        jac = c * (u - a)
+        np.testing.assert_allclose(res.diagnostics["fold_gradient_norm"], np.abs(jac),
+                                   rtol=1e-12)
+        np.testing.assert_allclose(res.params_flat[:, 0], u + jac / (hess + lam), rtol=1e-12)
+        assert res.diagnostics["hessian_diagonal"] == lam
+        np.testing.assert_allclose(res.diagnostics["grad_norm"],
+                                   abs((c * (u - a)).sum() + u), rtol=1e-12)
+    with pytest.raises(acv.errors.InvalidArgumentError, match="hessian_diagonal"):
+        acv.cross_validate(model, a, [[0]], "ij", params=(u,), hessian_diagonal=-1.0)

@@ -45,8 +45,9 @@ class Options:
     ``cross_validate``; tol: relative error of a fold loss above which an estimate is
     unreliable (``ij``/``ns`` error estimates) and ``"auto"`` refines it; max_exact: most
     exact refits ``"auto"`` may spend (``None``: no limit); audit: exact refits of this many
-    random folds to measure the error of a method; extra: method-specific settings of user
-    methods.
+    random folds to measure the error of a method; hessian_diagonal: ``lambda >= 0`` added to
+    the diagonal of ``H`` by ``ij`` (dense) before factoring, to keep it invertible far from
+    an optimum (recorded); extra: method-specific settings of user methods.
 
     Every field is checked on construction (:func:`check_options`): a value out of range
     raises :class:`~approxcv.errors.InvalidArgumentError` naming the option.
@@ -68,6 +69,7 @@ class Options:
     tol: float = DEFAULT_TOL
     max_exact: int | None = None
     audit: int = 0
+    hessian_diagonal: float = 0.0
     extra: Any = None
 
     def __post_init__(self):
@@ -101,6 +103,13 @@ def check_options(options: Options) -> None:
     if options.max_exact is not None:
         check_positive_int("max_exact", options.max_exact, 0)
     check_positive_int("audit", options.audit, 0)
+    lam = options.hessian_diagonal
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0 <= lam < float("inf"):
+        raise InvalidArgumentError(
+            f"`hessian_diagonal` must be a finite number >= 0, got {lam!r}")
+    if lam and options.solver == "cg":
+        raise InvalidArgumentError("`hessian_diagonal` applies to dense Hessians; "
+                                   "use solver='dense' or 'auto' with it")
 
 
 _METHODS: dict[str, tuple[Callable, bool, bool]] = {}

@@ -7,6 +7,13 @@ jitter policy of :mod:`approxcv.optim.pd`); matrix-free (``D > max_dense_dim`` o
 ``D x D`` or ``D x n`` formed. The IJ cannot vouch for a fold when ``H`` needed more than a
 negligible jitter (every fold) or its CG system did not converge (that fold).
 
+At an inexact fit (stochastic optimisers, early stopping) the IJ's error is bounded by the
+terms of the seed's Proposition 2, all in the diagnostics: ``grad_norm`` (the fit's
+gradient), ``hessian_min_eig`` and, per fold, ``fold_gradient_norm`` ``= ||sum_{t in o}
+J[:, t]||`` (dense). Far from an optimum ``H`` may be singular or indefinite: the option
+``hessian_diagonal`` adds ``lambda I`` to it before factoring (the seed uses 1e-5), recorded
+as ``diagnostics["hessian_diagonal"]``.
+
 Each fold also gets two chord steps from its IJ point (two gradients per fold and solves
 with the same factor), from which the engine estimates the fold's error
 (:mod:`approxcv.engine.error_estimate`).
@@ -20,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...errors import InvalidArgumentError
 from ...optim.pd import factor_hessian, solve
 from ..batching import fold_batch_size, map_batches
 from ..derivatives import full_derivatives
@@ -39,15 +47,17 @@ NEWTON_DIAGNOSTIC_RTOL = 1e-3
 
 @partial(jax.jit, static_argnums=(3,))
 def ij_params(chol, jac, u_full, batch_size, index):
-    """IJ parameters ``(n_folds, D)`` from the Cholesky factor of ``H`` and ``J (D, n)``.
+    """IJ parameters ``(n_folds, D)`` from the Cholesky factor of ``H`` and ``J (D, n)``,
+    and the norms ``||sum_{t in o} J[:, t]||`` of the fold directions ``(n_folds,)``.
 
-    The fold directions ``sum_{t in o} J[:, t]`` are gathered from the padded ``index``
-    (``(n_folds, m)``, padding ``n`` reads zeros) in batches, then one batched solve.
+    The fold directions are gathered from the padded ``index`` (``(n_folds, m)``, padding
+    ``n`` reads zeros) in batches, then one batched solve.
     """
     def direction(idx):
         return jnp.sum(jac.at[:, idx].get(mode="fill", fill_value=0.0), axis=1)
     rhs = map_batches(direction, index, batch_size)
-    return u_full[None, :] + jax.scipy.linalg.cho_solve((chol, True), rhs.T).T
+    return (u_full[None, :] + jax.scipy.linalg.cho_solve((chol, True), rhs.T).T,
+            jnp.linalg.norm(rhs, axis=1))
 
 
 def ij(problem, folds, options):
@@ -59,12 +69,16 @@ def ij(problem, folds, options):
         glm = problem.glm is not None       # ERM: J = A^T diag(loss') in closed form
         grad, hess, jac = full_derivatives(problem, options, with_jacobian=not glm)
         jac = glm_jacobian(problem) if glm else jac
+        if options.hessian_diagonal:
+            hess = np.asarray(hess) + options.hessian_diagonal * np.eye(dim)
         factor = factor_hessian(hess, warn=options.warn)
         diagnostics = fit_diagnostics(grad, factor, problem.u_full, warn=options.warn)
         t_solve = time.perf_counter()
         batch = int(max(1, min(len(folds), 2 ** 22 // max(dim * index.shape[1], 1))))
-        params = jax.block_until_ready(ij_params(factor.chol, jnp.asarray(jac),
-                                                 problem.u_full, batch, index))
+        params, fold_grad = jax.block_until_ready(ij_params(
+            factor.chol, jnp.asarray(jac), problem.u_full, batch, index))
+        diagnostics["hessian_diagonal"] = float(options.hessian_diagonal)
+        diagnostics["fold_gradient_norm"] = np.asarray(fold_grad)
         diagnostics["unreliable"] = {"hessian_not_pd": np.full(len(folds), not factor.reliable)}
         t_est = time.perf_counter()
         step, rate = jax.block_until_ready(ij_chord_steps(
@@ -74,6 +88,10 @@ def ij(problem, folds, options):
         diagnostics["stage_seconds"] = {"derivatives": t_solve - t, "solve": t_est - t_solve,
                                         "error_estimate": time.perf_counter() - t_est}
         return params, diagnostics
+    if options.hessian_diagonal:
+        raise InvalidArgumentError(
+            f"`hessian_diagonal` applies to dense Hessians, but D = {dim} > max_dense_dim = "
+            f"{options.max_dense_dim}; raise max_dense_dim or use solver='dense'")
     newton_rtol = max(options.cg_rtol, NEWTON_DIAGNOSTIC_RTOL)
     hvp_batch = int(max(1, 2_000_000 // max(problem.n_units, 1)))
     params, grad, step, cg = jax.block_until_ready(ij_params_cg(
