@@ -68,6 +68,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jax
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
@@ -784,6 +785,9 @@ def main(argv=None):
                                                      not missing)
             report["fits"][cell.fit.name] = fitted[cell.fit.name][3]
             report["cells"].append(record)
+        # release the cell's compiled programs: a process that keeps every cell's maps
+        # tens of thousands of code regions and XLA crashes near the memory-map limit
+        jax.clear_caches()
     report["total_seconds"] = time.perf_counter() - started
     report["metrics"] = analyse(report, args.tol, args.bad, args.off)
     out_path.parent.mkdir(parents=True, exist_ok=True)

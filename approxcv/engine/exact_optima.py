@@ -50,7 +50,8 @@ import numpy as np
 from .batching import fold_weights, heldout_batch_size, heldout_losses, map_batches
 
 __all__ = ["RESTART_RTOL", "CROSS_CANDIDATES", "CROSS_ROUNDS", "OPTIMUM_GAP_NATS", "HELDOUT_RTOL",
-           "best_of_starts", "cross_fold_refits", "full_objectives", "unreliable_optima"]
+           "best_of_starts", "cross_fold_refits", "full_objectives", "pair_objectives",
+           "unreliable_optima"]
 
 #: two refits of one fold reach different optima when their fold objectives differ by
 #: more than this times the objective's scale (number of observations): far above
@@ -130,6 +131,16 @@ def _pair_objectives(fun, us, cols, index, data, n: int, batch_size: int):
         w = fold_weights(idx, n)
         return jax.vmap(lambda u: fun(u, w, data))(us[col])
     return map_batches(one, (index, cols), batch_size)
+
+
+def pair_objectives(problem, us, cols, index, batch_size: int | None = None) -> np.ndarray:
+    """``F(us[cols[i, c]], w_i)`` ``(n_folds, C)`` for the folds of the padded ``index``:
+    objective evaluations only, folds in batches, candidates ``vmap``ped."""
+    batch = batch_size or max(1, heldout_batch_size(problem.n_units, problem.data,
+                                                    cols.shape[0]) // cols.shape[1])
+    return np.asarray(_pair_objectives(problem.fun, jax.numpy.asarray(us),
+                                       jax.numpy.asarray(cols), jax.numpy.asarray(index),
+                                       problem.data, problem.n_units, int(batch)))
 
 
 def candidate_columns(full, ok, n_ranks: int = CROSS_CANDIDATES) -> np.ndarray:

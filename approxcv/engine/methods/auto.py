@@ -3,7 +3,12 @@
 1. ``ij`` on every fold, with its error estimate (:mod:`approxcv.engine.error_estimate`);
 2. ``ns`` on the folds whose IJ estimate exceeds ``tol`` (or that the IJ cannot vouch for);
 3. ``exact`` refits of the folds whose NS estimate still exceeds ``tol`` (or that NS cannot
-   vouch for), the worst estimates first, at most ``max_exact`` of them.
+   vouch for), the worst estimates first, at most ``max_exact`` of them;
+4. ``exact`` refits of the folds whose objective is lower at one of those refits than at
+   their own IJ/NS point (:func:`lower_optimum_elsewhere`): the local estimate vouches for
+   its basin, but another basin is better for the fold (an error estimate built from
+   derivatives at one point cannot see that). They start from the lower refit too and
+   count against ``max_exact``; ``diagnostics["other_optimum_folds"]`` lists them.
 
 ``diagnostics["fold_method"]`` records which method produced each fold (``"ij"``, ``"ns"``,
 ``"exact"``); ``diagnostics["error_estimate"]`` is that method's estimate (0 for a reliable
@@ -23,6 +28,8 @@ from ..audit import refit_problem
 from ..batching import heldout_losses
 from ..diagnostics import unreliable_causes
 from ..error_estimate import estimate_errors
+from ..exact_optima import (RESTART_RTOL, candidate_columns, full_objectives,
+                            pair_objectives)
 from . import get_method, register_method
 
 #: diagnostics of the IJ (the fit's state) that ``auto`` reports as its own
@@ -73,6 +80,35 @@ def _any(causes: dict, n: int) -> np.ndarray:
     for m in causes.values():
         bad |= m
     return bad
+
+
+def lower_optimum_elsewhere(problem, folds, params, method, causes, batch_size=None):
+    """Folds whose local estimate sits in a worse basin than an exact refit found.
+
+    Every fold not refitted exactly has its objective ``F(u, w_o)`` evaluated at its own
+    point and at up to :data:`~approxcv.engine.exact_optima.CROSS_CANDIDATES` reliable
+    exact refits (of other folds; evenly spaced in their full-data objective). A fold is
+    returned when a refit is lower by more than ``RESTART_RTOL * scale``: within one basin
+    another fold's optimum is a worse point for this fold than a local estimate that
+    vouches for itself, so a lower one lies in another basin, where the fold's exact
+    refit may land. Returns ``(mask (n_folds,), lowest candidate per fold (n_folds, D))``.
+    """
+    n_folds = len(folds)
+    good = np.flatnonzero((method == "exact") & ~_any(causes, n_folds))
+    rows = np.flatnonzero(method != "exact")
+    mask, start = np.zeros(n_folds, bool), np.zeros_like(params)
+    if not good.size or not rows.size:
+        return mask, start
+    full = full_objectives(problem, params[good])
+    picks = candidate_columns(full, np.ones(good.size, bool))[0, :-2]
+    picks = good[np.unique(picks)]
+    cols = np.concatenate([rows[:, None], np.tile(picks, (rows.size, 1))], axis=1)
+    values = pair_objectives(problem, params, cols, folds.padded()[rows], batch_size)
+    best = np.argmin(values[:, 1:], axis=1)
+    lower = values[np.arange(rows.size), 1 + best] < values[:, 0] - RESTART_RTOL * problem.scale
+    mask[rows] = lower
+    start[rows] = params[picks[best]]
+    return mask, start
 
 
 def auto(problem, folds, options):
@@ -130,6 +166,32 @@ def auto(problem, folds, options):
         for key in ("exact_converged", "exact_objective", "exact_start_spread"):
             if key in diag_ex:
                 diagnostics[f"auto_{key}"] = diag_ex[key]
+    # a local method cannot see another basin: test its folds against the optima the
+    # exact refits found, and refit (from the lower one) where one is lower
+    lower, lower_start = lower_optimum_elsewhere(refit_problem(problem), folds, params,
+                                                 method, causes, options.batch_size)
+    spent = int(refit.size)
+    budget_left = np.inf if options.max_exact is None else int(options.max_exact) - spent
+    rows = np.flatnonzero(lower)
+    second = rows[:int(min(rows.size, budget_left))]
+    if second.size:
+        t = time.perf_counter()
+        target = refit_problem(problem)
+        extra = np.unique(lower_start[second], axis=0)
+        if target.starts is not None:
+            extra = np.concatenate([np.asarray(target.starts), extra])
+        target = target._replace(starts=extra)
+        sub_params, diag_ex = get_method("exact")[0](target, folds.subset(second), quiet)
+        sub_params = np.asarray(sub_params)
+        sub_loss, sub_points = heldout_losses(target, sub_params, folds.subset(second).padded(),
+                                              options.batch_size)
+        sub_causes = unreliable_causes(diag_ex.pop("unreliable", None), second.size)
+        sub_est = np.where(_any(sub_causes, second.size), np.nan, 0.0)
+        replace(second, sub_params, sub_loss, sub_points, sub_est, sub_causes, "exact")
+        seconds["exact_other_optimum"] = time.perf_counter() - t
+        counts["exact"] += int(second.size)
+    over = np.union1d(over, rows[second.size:])
+    diagnostics["other_optimum_folds"] = folds.ids[rows]
     above = ~(est <= options.tol) & (method != "exact")
     causes["error_estimate_above_tol"] = above & ~np.isin(np.arange(n_folds), over)
     causes["over_budget"] = np.isin(np.arange(n_folds), over)
