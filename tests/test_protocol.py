@@ -345,3 +345,17 @@ def test_unravel_maps_rows_of_fold_parameters_in_numpy_or_through_a_custom_const
         one = problem.unravel(jnp.asarray(us[i]))
         for a, b in zip(batched, one):
             np.testing.assert_allclose(a[i], np.asarray(b), rtol=1e-13)
+
+
+def test_flat_layout_module_names_still_import_and_unpickle():
+    """Modules moved into family subpackages keep their old names (imports, pickles)."""
+    import pickle
+
+    from approxcv.models.poisson_hmm import PoissonHMMParams
+    from approxcv.models.ridge import Ridge
+    assert PoissonHMMParams is acv.models.PoissonHMMParams and Ridge is acv.models.Ridge
+    params = acv.models.PoissonHMMParams(np.ones(1), np.ones((1, 1)), np.ones(1))
+    blob = pickle.dumps(params).replace(b"approxcv.models.hmm.poisson_hmm",
+                                        b"approxcv.models.poisson_hmm")
+    assert b"approxcv.models.poisson_hmm" in blob
+    assert type(pickle.loads(blob)) is acv.models.PoissonHMMParams
