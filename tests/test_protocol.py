@@ -56,7 +56,7 @@ def _case(name):
         w = rng.normal(size=(3, 3)) * 1.5
         xs = [rng.normal(size=(int(t), 3)) for t in rng.integers(2, 8, size=24)]
         sents = [(x, np.argmax(x @ w + rng.gumbel(size=(len(x), 3)), 1)) for x in xs]
-        return (m.LinearChainCRF(3, max_padding=1.0), sents,
+        return (m.LinearChainCRF(3), sents,
                 "within" if name.endswith("within") else "structure")
     X, y = _regression(7)
     if name == "Ridge":

@@ -36,7 +36,7 @@ Weighted objectives (the two levels of cross-validation):
 
 Sentences are sorted by length into buckets, each padded to its longest sentence and run
 as one batched forward pass; the fewest buckets are made whose padding is at most
-``max_padding`` times the tokens (:func:`bucket_lengths`).
+``max_padding`` times the tokens (:func:`bucket_lengths`; small corpora get one bucket).
 """
 from __future__ import annotations
 
@@ -105,16 +105,20 @@ class CRFData(NamedTuple):
 
 #: most length buckets :func:`bucket_lengths` makes (each is compiled on its own)
 MAX_BUCKETS = 32
+#: padding cells always allowed: below this, another bucket's compile time costs more
+#: than the padding's work
+MIN_PADDING_CELLS = 16384
 
 
 def bucket_lengths(lengths, max_padding: float) -> np.ndarray:
     """Bucket id of every sentence: the fewest buckets (sentences split by length rank into
-    groups of equal count) whose padded cells are at most ``(1 + max_padding)`` times the
-    tokens, or :data:`MAX_BUCKETS`. Each bucket is one compiled forward pass, so fewer
-    buckets compile faster and more waste less work on padding."""
+    groups of equal count) whose padding is at most ``max_padding`` times the tokens (or
+    :data:`MIN_PADDING_CELLS`, if more), or :data:`MAX_BUCKETS`. Each bucket is one
+    compiled forward pass, so fewer buckets compile faster and more waste less work on
+    padding."""
     lengths = np.asarray(lengths)
     order = np.argsort(lengths, kind="stable")
-    budget = (1.0 + max_padding) * lengths.sum()
+    budget = lengths.sum() + max(max_padding * lengths.sum(), MIN_PADDING_CELLS)
     for num in range(1, min(MAX_BUCKETS, len(lengths)) + 1):
         groups = np.array_split(order, num)
         if sum(len(g) * lengths[g].max() for g in groups) <= budget:
