@@ -23,8 +23,9 @@ jackknife differentiates it.
 
 **Numerics.** The forward messages are kept normalised and linear, ``alpha_t (K,)`` summing
 to one, with ``log Z`` accumulated from the normalisers; each step's sum over the previous
-label is shifted by its largest term (:func:`_log_message`), so scores of any size neither
-overflow nor underflow (log-space accuracy). The label factors multiply the linear
+label is shifted by its largest term (:func:`_log_message`), so nothing overflows and
+nothing underflows unless one label's transition scores span more than ~700 nats
+(log-space accuracy). The label factors multiply the linear
 messages: a recursion on ``log m_t`` would take ``log 0`` and give the weights' derivatives
 ``0 * inf`` at ``w_t = 1``, where they are finite. Marginals are the gradient of ``log Z``
 in the unary scores (reverse mode is the backward pass): ``p(z_t = k) = d log Z / d
@@ -78,15 +79,16 @@ def log_partition(unary, trans, start, stop, mask, factors=None):
     unary, trans, start, stop = (jnp.asarray(a) for a in (unary, trans, start, stop))
     factors = jnp.ones_like(unary) if factors is None else factors
     alpha, log_z = _normalised(start + unary[0], factors[0])
+    shift_a, pot_a = _row_shifted(trans)
 
     def step(carry, inputs):
         alpha, log_z = carry
         unary_t, factors_t, on = inputs
-        new, log_norm = _normalised(_log_message(alpha, trans) + unary_t, factors_t)
+        new, log_norm = _normalised(_log_message(alpha, shift_a, pot_a) + unary_t, factors_t)
         return (jnp.where(on, new, alpha), log_z + jnp.where(on, log_norm, 0.0)), None
 
     (alpha, log_z), _ = lax.scan(step, (alpha, log_z), (unary[1:], factors[1:], mask[1:] > 0))
-    return log_z + _log_message(alpha, stop[:, None])[0]
+    return log_z + _log_message(alpha, *_row_shifted(stop[:, None]))[0]
 
 
 #: largest exponent taken: a message entry below ``exp(-MAX_EXPONENT)`` of the largest
@@ -94,17 +96,27 @@ def log_partition(unary, trans, start, stop, mask, factors=None):
 MAX_EXPONENT = 600.0
 
 
-def _log_message(alpha, scores):
-    """``log sum_i alpha_i exp(scores[i, j])`` for linear ``alpha (K,)`` summing to one.
+def _row_shifted(scores):
+    """``(r, exp(scores - r[:, None]))`` with ``r_i = max_j scores[i, j]`` (outside
+    differentiation: it cancels in :func:`_log_message`), computed once per sentence."""
+    r = lax.stop_gradient(jnp.max(scores, axis=1))
+    return r, jnp.exp(scores - r[:, None])
 
-    Shifted by ``c_j = max_i (log alpha_i + scores[i, j])`` (outside differentiation: the
-    value does not depend on it), so the largest term is 1 and none overflows; the sum
-    stays linear in ``alpha``, whose zero entries (clamped-out labels) have finite
-    derivatives.
+
+def _log_message(alpha, r, pot):
+    """``log sum_i alpha_i exp(scores[i, j])`` for linear ``alpha (K,)`` summing to one,
+    from :func:`_row_shifted` ``(r, pot)`` of ``scores``.
+
+    ``alpha_i exp(scores[i, j]) = beta_i pot[i, j] e^s`` with ``beta_i = alpha_i e^(r_i -
+    s)`` and ``s = max_i (log alpha_i + r_i)`` (outside differentiation): the largest
+    ``beta_i`` is 1 and its row of ``pot`` holds a 1, so nothing overflows and a column
+    underflows only if a row of scores spans more than ~700 nats. ``K`` exponentials a
+    step (the ``K x K`` ones are taken once); the sum stays linear in ``alpha``, whose zero
+    entries (clamped-out labels) keep finite derivatives.
     """
-    log_alpha = lax.stop_gradient(jnp.log(alpha))
-    shift = lax.stop_gradient(jnp.max(log_alpha[:, None] + scores, axis=0))
-    return jnp.log(alpha @ jnp.exp(jnp.minimum(scores - shift[None, :], MAX_EXPONENT))) + shift
+    s = lax.stop_gradient(jnp.max(jnp.log(lax.stop_gradient(alpha)) + r))
+    beta = alpha * jnp.exp(jnp.minimum(r - s, MAX_EXPONENT))
+    return jnp.log(beta @ pot) + s
 
 
 def _normalised(log_potential, factors_t):

@@ -111,6 +111,6 @@ def test_soft_weights_are_a_mixture_and_differentiable_at_one():
 def test_large_scores_do_not_overflow():
     unary, trans, start, stop = _scores(3, True)
     mask = np.ones(T)
-    big = crf.log_partition(unary * 300 + 800, trans * 300, start, stop, mask)
-    ref, _, _, _ = _brute(unary * 300 + 800, trans * 300, start, stop, T)
+    big = crf.log_partition(unary * 300 + 800, trans * 100, start, stop, mask)
+    ref, _, _, _ = _brute(unary * 300 + 800, trans * 100, start, stop, T)
     np.testing.assert_allclose(big, ref, rtol=1e-12)
