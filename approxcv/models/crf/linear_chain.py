@@ -148,7 +148,7 @@ class LinearChainCRF(Model):
     """
 
     def __init__(self, n_labels: int, *, prior_variance: float = 10.0, bias: bool = True,
-                 start_stop: bool = True, max_steps: int = 1000, max_padding: float = 0.5):
+                 start_stop: bool = True, max_steps: int = 5000, max_padding: float = 0.5):
         self.n_labels = check_positive_int("n_labels", n_labels, 2)
         self.prior_variance = check_positive("prior_variance", prior_variance)
         self.bias = bool(bias)
