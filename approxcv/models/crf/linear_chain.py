@@ -377,18 +377,21 @@ class LinearChainCRF(Model):
         return LinearChainCRFParams(*(np.asarray(p) for p in problem.unravel(u)))
 
     def predict(self, params, features) -> list:
-        """Viterbi labels of each sentence's ``features (T, F)`` (a list of arrays)."""
-        out = []
-        for i, x in enumerate(features):
-            x, _ = self._check_sentence(x, np.zeros(len(x), dtype=int), i)
-            unary, trans, start, stop = self.scores(params, jnp.asarray(x))
-            out.append(np.asarray(_viterbi(unary, trans, start, stop)))
+        """Viterbi labels of each sentence's ``features (T, F)`` (a list of arrays), batched
+        by the same length buckets as the data."""
+        data = self._prepare_sentences([(x, np.zeros(len(x), dtype=int)) for x in features])
+        out = [None] * data.num_sentences
+        for bucket in data.buckets:
+            unary, trans, start, stop = self.scores(params, bucket.features)
+            paths = np.asarray(_viterbi(unary, trans, start, stop, bucket.mask))
+            for row, i in enumerate(np.asarray(bucket.sentence)):
+                out[i] = paths[row][paths[row] >= 0]
         return out
 
 
 @jax.jit
-def _viterbi(unary, trans, start, stop):
-    return crf.viterbi(unary, trans, start, stop, jnp.ones(unary.shape[0]))
+def _viterbi(unary, trans, start, stop, mask):
+    return jax.vmap(crf.viterbi, (0, None, None, None, 0))(unary, trans, start, stop, mask)
 
 
 def _token_weights(weights, token):
