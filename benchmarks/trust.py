@@ -48,6 +48,7 @@ and auto (``--refresh`` ignores the cache). A cached exact time comes from the r
 filled the cache; the JSON says which times are cached.
 
     python benchmarks/trust.py [--quick] [--tol 0.01] [--audit 5] [--max-exact N]
+    python benchmarks/trust.py --thousands-folds 200 64 --refresh --out results/trust_thousands.json
     python benchmarks/trust.py --analyse [results/trust.json] [--tol T] [--bad B] [--off O]
 
 Writes ``benchmarks/results/trust[_quick].json``. ``--analyse`` recomputes every metric
@@ -56,6 +57,7 @@ from a saved JSON (no model is run) and prints them with a sweep over the flag t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -736,6 +738,9 @@ def main(argv=None):
     ap.add_argument("--max-exact", type=int, default=None, help="auto's max_exact")
     ap.add_argument("--only", default=None, help="run the cells whose name contains this")
     ap.add_argument("--refresh", action="store_true", help="recompute cached exact CV")
+    ap.add_argument("--thousands-folds", type=int, nargs=2, default=None, metavar=("HMM", "EVENT"),
+                    help="run only the n-in-the-thousands cells, with this many folds (Poisson "
+                         "HMM, event model): auto's cost against exact CV measured in this run")
     ap.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     ap.add_argument("--allow-missing-contract", action="store_true",
                     help="without the issue-21 API: run fits, exact, ij and ns (filling the "
@@ -765,6 +770,10 @@ def main(argv=None):
             "\n  ".join(missing) + "\n(--allow-missing-contract runs what it can and fills "
             "the exact-CV cache.)")
     todo = [c for c in cells(args.quick) if not args.only or args.only in c.name]
+    if args.thousands_folds:    # auto's cost at the shipped benchmarks' fold counts
+        todo = [dataclasses.replace(c, n_folds=args.thousands_folds[0] if "event" not in
+                                    c.name else args.thousands_folds[1])
+                for c in todo if c.thousands]
     report = {"description": __doc__.split("\n\n")[0],
               "settings": {"quick": args.quick, "tol": args.tol, "bad": args.bad,
                            "off": args.off, "audit": args.audit, "max_exact": args.max_exact,
