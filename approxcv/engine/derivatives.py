@@ -52,7 +52,9 @@ def full_derivatives(problem, options, with_jacobian: bool):
 
     At ``level="structure"`` (data with the structure axis first) they are accumulated over
     batches of structures through the executor seam (memory bounded by a batch); otherwise
-    one forward-over-reverse sweep over all the data.
+    one forward-over-reverse sweep over all the data, or, where ``D`` tangents of the data
+    would exceed :data:`SWEEP_BUDGET` entries, the same sweep in chunks of tangents
+    (:func:`chunked_derivatives`; e.g. a CRF's length-bucketed sentences).
     """
     from .accumulate import has_unit_axis, structure_derivatives
     if options.level == "structure" and has_unit_axis(problem.data, problem.n_units):
@@ -60,8 +62,36 @@ def full_derivatives(problem, options, with_jacobian: bool):
             problem.fun, problem.u_full, problem.data, problem.n_units,
             batch_size=options.structure_batch_size, with_jacobian=with_jacobian,
             executor=options.executor, progress=options.progress)
+    dim = int(np.shape(problem.u_full)[0])
+    chunk = tangent_chunk(problem.data, max_chunk=dim, budget=SWEEP_BUDGET)
+    if chunk < dim:     # all D tangents of one sweep would not fit: chunks of them
+        out = chunked_derivatives(problem.fun, jax.numpy.asarray(problem.u_full),
+                                  jax.numpy.ones(problem.n_units), problem.data,
+                                  with_jacobian, chunk)
+        return jax.block_until_ready(out)
     # the one compiled (F, g, H, J) program the fit's Newton polish already built
     from ..optim.newton import value_and_derivatives
     out = value_and_derivatives(problem.fun, problem.u_full, np.ones(problem.n_units),
                                 problem.data, with_jacobian)[1:]
     return jax.block_until_ready(out)
+
+
+#: data entries times tangents that one forward-over-reverse sweep may hold at once
+#: (each tangent carries several arrays the size of the data; 2^25 entries ~ a few GB)
+SWEEP_BUDGET = 2 ** 25
+
+
+@partial(jax.jit, static_argnums=(0, 4, 5))
+def chunked_derivatives(fun, u, w, data, with_jacobian: bool, chunk: int):
+    """``(g (D,), H (D, D), J (D, n) or None)`` at ``(u, w)`` from ``D`` JVPs of the
+    gradient in ``(u, w)``, ``chunk`` tangents at a time (``lax.map``): the same values as
+    one sweep (:func:`gradient_hessian_jacobian`) in the memory of ``chunk`` tangents."""
+    if with_jacobian:
+        grads = lambda x: jax.grad(fun, argnums=(0, 1))(x, w, data)   # noqa: E731
+    else:
+        grads = lambda x: jax.grad(fun)(x, w, data)                   # noqa: E731
+    g, lin = jax.linearize(grads, u)
+    cols = jax.lax.map(lin, jax.numpy.eye(u.shape[0], dtype=u.dtype), batch_size=chunk)
+    if with_jacobian:
+        return g[0], cols[0], cols[1]
+    return g, cols, None
