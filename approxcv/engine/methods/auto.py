@@ -136,6 +136,22 @@ def auto(problem, folds, options):
         for key, mask in sub_causes.items():
             causes.setdefault(key, np.zeros(n_folds, bool))[rows] = mask
 
+    def refit_exactly(target, rows):
+        """Exact refits of ``rows`` on ``target`` replace their estimates; returns the
+        exact method's diagnostics."""
+        sub = folds.subset(rows)
+        sub_params, diag_ex = get_method("exact")[0](target, sub, quiet)
+        sub_params = np.asarray(sub_params)
+        if sub_params.shape[1] != params.shape[1]:
+            raise RuntimeError("exact refits and the local surrogate have different "
+                               "parameter layouts")
+        sub_loss, sub_points = heldout_losses(target, sub_params, sub.padded(),
+                                              options.batch_size)
+        sub_causes = unreliable_causes(diag_ex.pop("unreliable", None), rows.size)
+        sub_est = np.where(_any(sub_causes, rows.size), np.nan, 0.0)
+        replace(rows, sub_params, sub_loss, sub_points, sub_est, sub_causes, "exact")
+        return diag_ex
+
     if need.any():
         t = time.perf_counter()
         rows = np.flatnonzero(need)
@@ -150,17 +166,7 @@ def auto(problem, folds, options):
     refit, over = np.sort(order[:budget]), np.sort(order[budget:])
     if refit.size:
         t = time.perf_counter()
-        target = refit_problem(problem)
-        sub_params, diag_ex = get_method("exact")[0](target, folds.subset(refit), quiet)
-        sub_params = np.asarray(sub_params)
-        if sub_params.shape[1] != params.shape[1]:
-            raise RuntimeError("exact refits and the local surrogate have different "
-                               "parameter layouts")
-        sub_loss, sub_points = heldout_losses(target, sub_params, folds.subset(refit).padded(),
-                                              options.batch_size)
-        sub_causes = unreliable_causes(diag_ex.pop("unreliable", None), refit.size)
-        sub_est = np.where(_any(sub_causes, refit.size), np.nan, 0.0)
-        replace(refit, sub_params, sub_loss, sub_points, sub_est, sub_causes, "exact")
+        diag_ex = refit_exactly(refit_problem(problem), refit)
         seconds["exact"] = time.perf_counter() - t
         counts["exact"] = int(refit.size)
         for key in ("exact_converged", "exact_objective", "exact_start_spread"):
@@ -180,14 +186,7 @@ def auto(problem, folds, options):
         extra = np.unique(lower_start[second], axis=0)
         if target.starts is not None:
             extra = np.concatenate([np.asarray(target.starts), extra])
-        target = target._replace(starts=extra)
-        sub_params, diag_ex = get_method("exact")[0](target, folds.subset(second), quiet)
-        sub_params = np.asarray(sub_params)
-        sub_loss, sub_points = heldout_losses(target, sub_params, folds.subset(second).padded(),
-                                              options.batch_size)
-        sub_causes = unreliable_causes(diag_ex.pop("unreliable", None), second.size)
-        sub_est = np.where(_any(sub_causes, second.size), np.nan, 0.0)
-        replace(second, sub_params, sub_loss, sub_points, sub_est, sub_causes, "exact")
+        refit_exactly(target._replace(starts=extra), second)
         seconds["exact_other_optimum"] = time.perf_counter() - t
         counts["exact"] += int(second.size)
     over = np.union1d(over, rows[second.size:])
