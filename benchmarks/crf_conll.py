@@ -236,7 +236,7 @@ def lscv(model, prepared, n, checkpoints, n_folds, n_exact, seed, n_check=3,
              "warm_start": f"epoch {checkpoints[-1][0]} checkpoint"}
     # check of the claim above: a few folds refitted from the first checkpoint
     k = min(n_check, len(sub))
-    ex0 = None if not k else = acv.cross_validate(model, prepared, sub.subset(np.arange(k)), "exact",
+    ex0 = None if not k else acv.cross_validate(model, prepared, sub.subset(np.arange(k)), "exact",
                              params=checkpoints[0][1], **common)
     exact["start_independence_max_abs_diff"] = None if not k else float(np.max(np.abs(
         ex0.fold_loss - ex.fold_loss[:k])))
