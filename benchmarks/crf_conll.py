@@ -195,7 +195,7 @@ def train_crf_layer(model, data, init, epochs, checkpoint_epochs, cfg, verbose=T
 
 # ---------------------------------------------------------------- 3. LSCV
 def lscv(model, prepared, n, checkpoints, n_folds, n_exact, seed, n_check=3,
-         verbose=True):
+         exact_batch=8, verbose=True):
     import approxcv as acv
     rng = np.random.default_rng(seed)
     units = np.sort(rng.choice(n, n_folds, replace=False))
@@ -219,7 +219,10 @@ def lscv(model, prepared, n, checkpoints, n_folds, n_exact, seed, n_check=3,
     # exact CV does not depend on the checkpoint (each fold's objective is convex and the
     # refit converges to its optimum); refits warm-started at the last checkpoint
     last = checkpoints[-1][1]
-    ex = acv.cross_validate(model, prepared, sub, "exact", params=last, **common)
+    # one fold per refit batch: a vmapped batch of 8 Newton-polished refits needs ~35 GB
+    # at 1000 sentences
+    ex = acv.cross_validate(model, prepared, sub, "exact", params=last,
+                            exact_batch_size=exact_batch, **common)
     exact = {"folds_refitted": which.tolist(), "n_refitted": len(sub),
              "fold_loss": ex.fold_loss.tolist(), "seconds": ex.seconds,
              "stage_seconds": ex.stage_seconds,
@@ -233,11 +236,13 @@ def lscv(model, prepared, n, checkpoints, n_folds, n_exact, seed, n_check=3,
                                                 + ex.stage_seconds["heldout"])
              / len(sub) * n_folds,
              "extrapolated": len(sub) < n_folds,
-             "warm_start": f"epoch {checkpoints[-1][0]} checkpoint"}
+             "warm_start": f"epoch {checkpoints[-1][0]} checkpoint",
+             "exact_batch_size": exact_batch}
     # check of the claim above: a few folds refitted from the first checkpoint
     k = min(n_check, len(sub))
-    ex0 = None if not k else acv.cross_validate(model, prepared, sub.subset(np.arange(k)), "exact",
-                             params=checkpoints[0][1], **common)
+    ex0 = None if not k else acv.cross_validate(
+        model, prepared, sub.subset(np.arange(k)), "exact", params=checkpoints[0][1],
+        exact_batch_size=exact_batch, **common)
     exact["start_independence_max_abs_diff"] = None if not k else float(np.max(np.abs(
         ex0.fold_loss - ex.fold_loss[:k])))
     p_exact = np.exp(-ex.fold_loss)
@@ -369,7 +374,7 @@ def main(argv=None):
     n_folds = args.folds or (40 if quick else 500)
     n_exact = args.exact_folds or (10 if quick else 8)
     ls = lscv(model, prepared, len(data), checkpoints, n_folds, n_exact, seed=3,
-              n_check=3 if quick else 0)
+              n_check=3 if quick else 0, exact_batch=8 if quick else 1)
     write_json(NAME + "_lscv_partial", quick, ls)
     try:
         lw = lwcv(model, data, args.lwcv_sentences or (60 if quick else 150),
