@@ -113,7 +113,7 @@ def loso():
                             progress=False)
     ex = acv.cross_validate(model, seqs, acv.folds.Folds([folds[i] for i in range(4)], 10),
                             method="exact", params=params, level="structure", progress=False,
-                            exact_batch_size=4)
+                            exact_batch_size=4, restarts=0)
     return model, seqs, params, ij, ex
 
 
