@@ -38,7 +38,7 @@ import numpy as np
 
 from . import constraints as C
 
-__all__ = ["Model", "left_out", "check_model"]
+__all__ = ["Model", "left_out", "check_model", "check_weights"]
 
 #: what ``cross_validate`` needs of a model (duck-typed: subclassing :class:`Model` is the
 #: easy way to have them all)
@@ -59,6 +59,21 @@ def check_model(model) -> None:
 def left_out(weights):
     """``True`` where a unit is left out: its weight is exactly 0 (the one definition)."""
     return weights == 0
+
+
+def check_weights(weights, n: int, unit: str = "unit"):
+    """``weights`` as a float64 array of shape ``(n,)`` (one per ``unit``).
+
+    Raises:
+        InvalidArgumentError: another shape.
+    """
+    import jax.numpy as jnp
+    from ..errors import InvalidArgumentError
+    weights = jnp.asarray(weights, dtype=jnp.float64)
+    if weights.shape != (n,):
+        raise InvalidArgumentError(
+            f"`weights` must have shape ({n},) (one per {unit}), got {weights.shape}")
+    return weights
 
 
 class Model:

@@ -52,7 +52,8 @@ from ...errors import ConvergenceWarning, FitError, InvalidArgumentError, Invali
 from ...inference import crf
 from ...optim import batched_minimize
 from .. import constraints as C
-from ..base import Model, left_out
+from ..base import Model, check_weights, left_out
+from .data import CRFBucket, CRFData, bucket_lengths
 
 __all__ = ["LinearChainCRF", "LinearChainCRFParams", "CRFData", "CRFBucket"]
 
@@ -69,64 +70,6 @@ class LinearChainCRFParams(NamedTuple):
     transitions: np.ndarray
     start: np.ndarray
     stop: np.ndarray
-
-
-class CRFBucket(NamedTuple):
-    """Sentences of similar length, padded: ``features (N_b, T_b, F)``, ``labels (N_b,
-    T_b)``, ``mask (N_b, T_b)``, ``sentence (N_b,)`` (index in the data) and ``token (N_b,
-    T_b)`` (index of each label among all labels; the number of labels on padding)."""
-    features: jax.Array
-    labels: jax.Array
-    mask: jax.Array
-    sentence: jax.Array
-    token: jax.Array
-
-
-class CRFData(NamedTuple):
-    """Prepared sentences: a tuple of :class:`CRFBucket`, the label counts ``lengths (N,)``
-    and the sentence of every label ``token_sentence (n_tokens,)`` (their shapes give the
-    numbers of units, static under ``jit``)."""
-    buckets: tuple
-    lengths: jax.Array
-    token_sentence: jax.Array
-
-    @property
-    def num_sentences(self) -> int:
-        return int(self.lengths.shape[0])
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.token_sentence.shape[0])
-
-    @property
-    def num_features(self) -> int:
-        return int(self.buckets[0].features.shape[2])
-
-
-#: most length buckets :func:`bucket_lengths` makes (each is compiled on its own)
-MAX_BUCKETS = 32
-#: padding cells always allowed: below this, another bucket's compile time costs more
-#: than the padding's work
-MIN_PADDING_CELLS = 16384
-
-
-def bucket_lengths(lengths, max_padding: float) -> np.ndarray:
-    """Bucket id of every sentence: the fewest buckets (sentences split by length rank into
-    groups of equal count) whose padding is at most ``max_padding`` times the tokens (or
-    :data:`MIN_PADDING_CELLS`, if more), or :data:`MAX_BUCKETS`. Each bucket is one
-    compiled forward pass, so fewer buckets compile faster and more waste less work on
-    padding."""
-    lengths = np.asarray(lengths)
-    order = np.argsort(lengths, kind="stable")
-    budget = lengths.sum() + max(max_padding * lengths.sum(), MIN_PADDING_CELLS)
-    for num in range(1, min(MAX_BUCKETS, len(lengths)) + 1):
-        groups = np.array_split(order, num)
-        if sum(len(g) * lengths[g].max() for g in groups) <= budget:
-            break
-    bucket = np.empty(len(lengths), dtype=int)
-    for b, g in enumerate(groups):
-        bucket[g] = b
-    return bucket
 
 
 class LinearChainCRF(Model):
@@ -289,7 +232,7 @@ class LinearChainCRF(Model):
         ``scheme`` is ignored: labels are clamped or marginalised (the seed's scheme C).
         """
         data, level, n = self.prepare(data, level)
-        weights = _check_weights(weights, n)
+        weights = check_weights(weights, n)
         total = 0.0
         for bucket in data.buckets:
             unary, trans, start, stop = self.scores(params, bucket.features)
@@ -315,7 +258,7 @@ class LinearChainCRF(Model):
         y_kept)`` summed over sentences, and ``-log p(y_t | x, y_kept)`` per left-out label.
         """
         data, level, n = self.prepare(data, level)
-        weights = _check_weights(weights, n)
+        weights = check_weights(weights, n)
         out = left_out(weights)
         fold, points = 0.0, jnp.zeros(n, jnp.float64)
         for bucket in data.buckets:
@@ -397,11 +340,3 @@ def _viterbi(unary, trans, start, stop, mask):
 def _token_weights(weights, token):
     """Weights of the labels at ``token (N_b, T_b)``; 1 on padding (index ``n``)."""
     return jnp.asarray(weights).at[token].get(mode="fill", fill_value=1.0)
-
-
-def _check_weights(weights, n):
-    weights = jnp.asarray(weights, dtype=jnp.float64)
-    if weights.shape != (n,):
-        raise InvalidArgumentError(
-            f"`weights` must have shape ({n},) (one per unit), got {weights.shape}")
-    return weights

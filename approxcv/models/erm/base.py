@@ -35,7 +35,7 @@ import numpy as np
 from ..._validate import as_real_array, check_finite, check_positive_int
 from ...optim import batched_minimize
 from .. import constraints as C
-from ..base import Model, left_out
+from ..base import Model, check_weights, left_out
 from ...errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
                       InvalidDataError)
 
@@ -283,7 +283,7 @@ class ERM(Model):
             weights: ``(n,)``; scheme: ignored (i.i.d. samples: schemes A and B coincide).
         """
         data, _, n = self.prepare(data, level)
-        weights = _check_weights(weights, n)
+        weights = check_weights(weights, n, "sample")
         u = self.params_to_flat(params)
         return (jnp.sum(weights * self.loss(self.design(data) @ u, data.y))
                 + self.penalty(u, self.lam_vector(), self.penalty_aux()))
@@ -295,7 +295,7 @@ class ERM(Model):
         elsewhere; ``fold_loss`` is their sum.
         """
         data, _, n = self.prepare(data, level)
-        weights = _check_weights(weights, n)
+        weights = check_weights(weights, n, "sample")
         eta = self.design(data) @ self.params_to_flat(params)
         points = jnp.where(left_out(weights), self.loss(eta, data.y), 0.0)
         return jnp.sum(points), points
@@ -370,11 +370,3 @@ class ERM(Model):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(lam={self.lam!r}, fit_intercept={self.fit_intercept})"
-
-
-def _check_weights(weights, n: int):
-    weights = jnp.asarray(weights, dtype=jnp.float64)
-    if weights.shape != (n,):
-        raise InvalidArgumentError(
-            f"`weights` must have shape ({n},) (one per sample), got {weights.shape}")
-    return weights

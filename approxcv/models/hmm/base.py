@@ -29,7 +29,7 @@ from .. import constraints as C
 from .em import EM_MAX_DIM, em_fit
 from ._occupancy import check_occupancy
 from .._transforms import dirichlet_log_prior
-from ..base import Model, left_out
+from ..base import Model, check_weights, left_out
 
 LEVELS = ("within", "structure")
 
@@ -154,7 +154,7 @@ class HMM(Model):
         ``F = -sum_i w_i log p(x_i) - log p(theta)`` (``scheme`` is ignored).
         """
         seqs, level, n = self.prepare(data, level)
-        weights = self._check_weights(weights, n)
+        weights = check_weights(weights, n)
         if level == "within":
             pots = self.log_potentials(params, seqs.x[0], seqs.mask[0])
             ll = chain.weighted_log_marginal(*pots, weights, scheme)
@@ -175,20 +175,12 @@ class HMM(Model):
         in the full model. Structure: ``-log p(x_i)`` for every left-out sequence.
         """
         seqs, level, n = self.prepare(data, level)
-        weights = self._check_weights(weights, n)
+        weights = check_weights(weights, n)
         if level == "within":
             return chain.heldout_losses(*self.log_potentials(params, seqs.x[0], seqs.mask[0]),
                                         weights)
         losses = jnp.where(left_out(weights), -self.sequence_log_likelihoods(params, seqs), 0.0)
         return jnp.sum(losses), losses
-
-    @staticmethod
-    def _check_weights(weights, n):
-        weights = jnp.asarray(weights, dtype=jnp.float64)
-        if weights.shape != (n,):
-            raise InvalidArgumentError(
-                f"`weights` must have shape ({n},) (one per unit), got {weights.shape}")
-        return weights
 
     # ------------------------------------------------------------------ fit
     def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:

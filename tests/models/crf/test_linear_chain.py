@@ -87,7 +87,7 @@ def test_buckets_change_nothing_but_padding(monkeypatch):
     data = corpus(n=8, seed=2, lengths=(1, 5))
     one = acv.models.LinearChainCRF(K)
     assert len(one.prepare(data)[0].buckets) == 1          # a small corpus: one bucket
-    monkeypatch.setattr("approxcv.models.crf.linear_chain.MIN_PADDING_CELLS", 0)
+    monkeypatch.setattr("approxcv.models.crf.data.MIN_PADDING_CELLS", 0)
     many = acv.models.LinearChainCRF(K, max_padding=0.0)
     many_data = many.prepare(data)[0]
     assert len(many_data.buckets) > 2
