@@ -120,6 +120,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     else:
         fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size)
     stages["heldout"] = time.perf_counter() - t_heldout
+    diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
     if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
         t_est = time.perf_counter()
         est, _ = estimate_errors(problem, params_flat, fold_loss, index,

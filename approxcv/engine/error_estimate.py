@@ -42,7 +42,7 @@ import numpy as np
 from .batching import fold_batch_size, fold_weights, heldout_losses, map_batches
 
 __all__ = ["chord_step", "extrapolate", "ij_chord_steps", "ij_chord_steps_cg",
-           "refined_params", "estimate_errors", "DEFAULT_TOL"]
+           "full_hessian_chord_steps", "refined_params", "estimate_errors", "DEFAULT_TOL"]
 
 #: default ``tol``: folds whose estimated relative error of the fold loss exceeds it are
 #: unreliable (and ``method="auto"`` refines them)
@@ -115,6 +115,26 @@ def ij_chord_steps_cg(fun, u_1, params, index, data, n: int, rtol, max_steps: in
     _, r2, s2 = step(params - s1.x)
     rho = _rate(jnp.sum(s2.x * r2, axis=1), jnp.sum(s1.x * r1, axis=1), value)
     return (jax.vmap(extrapolate)(s1.x, s2.x, rho), rho, s1.converged & s2.converged)
+
+
+def full_hessian_chord_steps(problem, params, index, options, chol=None):
+    """Chord corrections ``(n_folds, D)`` of the fold points ``params`` with ``M = H`` at
+    ``(u_1, 1)``: :func:`ij_chord_steps` with the Cholesky factor ``chol`` the IJ already
+    holds, else (matrix-free) :func:`ij_chord_steps_cg` (rows CG could not solve: NaN).
+    Applied to the IJ's points this is the IJ's own estimate; applied to a refined point
+    ``u*`` it is the next round of the same iteration (``method="auto"``'s chord stage)."""
+    index = jnp.asarray(index)
+    if chol is not None:
+        batch = options.batch_size or fold_batch_size(problem, len(index))
+        step, _ = ij_chord_steps(problem.fun, chol, jnp.asarray(params), index, problem.data,
+                                 problem.n_units, batch)
+        return np.asarray(step)
+    hvp_batch = int(max(1, 2_000_000 // max(problem.n_units, 1)))
+    step, _, solved = ij_chord_steps_cg(
+        problem.fun, problem.u_full, jnp.asarray(params), index, problem.data,
+        problem.n_units, options.cg_rtol, options.cg_max_steps,
+        min(options.batch_size or 64, hvp_batch), hvp_batch)
+    return np.where(np.asarray(solved)[:, None], np.asarray(step), np.nan)
 
 
 def refined_params(params, correction):

@@ -97,15 +97,23 @@ def test_auto_refines_and_returns_exact_values_on_the_folds_it_refits(tiny_hmm):
     auto = cv(model, x, folds, "auto", params)
     ex = cv(model, x, folds, "exact", params)
     ij = cv(model, x, folds, "ij", params)
+    # the bad fold (IJ 4.7 % off) is vouched for by the chord stage: the IJ's extrapolated
+    # chord point (measured 0.25 % off, estimated 0.5 %), no Hessian per fold, no refit
     method = auto.diagnostics["fold_method"]
-    assert method[2] == "exact" and set(method[[0, 1, 3, 4]]) == {"ij"}
-    refit = method == "exact"
-    np.testing.assert_allclose(auto.fold_loss[refit], ex.fold_loss[refit], rtol=1e-10)
-    np.testing.assert_allclose(auto.fold_loss[~refit], ij.fold_loss[~refit], rtol=1e-12)
+    assert method[2] == "chord" and set(method[[0, 1, 3, 4]]) == {"ij"}
+    assert rel_error(ij, ex)[2] > 0.01 and auto.error_estimate[2] <= 0.01
+    np.testing.assert_allclose(auto.fold_loss[method == "ij"], ij.fold_loss[method == "ij"],
+                               rtol=1e-12)
     assert auto.diagnostics["unreliable_folds"].size == 0
     assert np.all(rel_error(auto, ex) <= 0.01)
+    # at a tolerance no chord round or Newton step reaches on the bad fold it is refitted
+    tight = cv(model, x, folds, "auto", params, tol=1e-7)
+    refit = tight.diagnostics["fold_method"] == "exact"
+    assert refit.tolist() == [False, False, True, False, False]
+    np.testing.assert_allclose(tight.fold_loss[refit], ex.fold_loss[refit], rtol=1e-10)
+    assert np.all(rel_error(tight, ex) <= 1e-6)
     # no refits allowed: the fold keeps NS's numbers and is listed as over budget
-    capped = cv(model, x, folds, "auto", params, max_exact=0)
+    capped = cv(model, x, folds, "auto", params, tol=1e-7, max_exact=0)
     assert capped.diagnostics["fold_method"][2] == "ns"
     assert capped.diagnostics["unreliable_causes"] == {"over_budget": np.array([2])}
 

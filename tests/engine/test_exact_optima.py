@@ -166,15 +166,16 @@ def test_exact_refits_do_not_depend_on_the_units_of_the_data():
 
 
 def test_auto_refits_a_fold_whose_local_estimate_sits_in_the_worse_basin():
-    """Fold D's NS point is a local minimum in the +1 well (its error estimate vouches for
-    it), but the exact refits of folds A and B lie in the lower -1 well of fold D's
-    objective: auto refits D there. Every fold ends at its global minimum."""
+    """Folds A and D have local estimates in the +1 well that their error estimates vouch
+    for (A: the chord stage's point, D: the IJ's), but fold B's exact refit (its +1 well is
+    gone) lies in the lower -1 well of their objectives: auto refits both there. Every fold
+    ends at its global minimum."""
     folds = acv.folds.Folds(FOLDS, len(TILTS))
     res = acv.cross_validate(DoubleWell(), TILTS, folds, "auto", progress=False, restarts=0,
                              warn=False)
     d = res.diagnostics
-    assert list(d["other_optimum_folds"]) == [2]
-    assert list(d["fold_method"][:3]) == ["exact"] * 3
+    assert list(d["other_optimum_folds"]) == [0, 2]
+    assert list(d["fold_method"][:3]) == ["exact"] * 3 and d["auto_counts"]["chord"] == 2
     for k, fold in enumerate(FOLDS):
         t, _ = _grid_minimum(TILTS, fold)
         assert abs(res.params_flat[k, 0] - t) < 1e-3, (k, res.params_flat[k, 0], t)

@@ -85,6 +85,7 @@ def ij(problem, folds, options):
             problem.fun, factor.chol, params, index, problem.data, problem.n_units,
             options.batch_size or fold_batch_size(problem, len(folds))))
         diagnostics["chord_correction"], diagnostics["chord_rate"] = step, rate
+        diagnostics["chord_factor"] = factor.chol   # for auto's chord stage; not reported
         diagnostics["stage_seconds"] = {"derivatives": t_solve - t, "solve": t_est - t_solve,
                                         "error_estimate": time.perf_counter() - t_est}
         return params, diagnostics
