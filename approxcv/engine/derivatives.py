@@ -50,30 +50,35 @@ def gradient_hessian_jacobian(fun, u, w, data, with_jacobian: bool = True):
 def full_derivatives(problem, options, with_jacobian: bool):
     """``(g (D,), H (D, D), J (D, n) or None)`` of ``problem`` at the fit, ``w = 1``.
 
-    At ``level="structure"`` (data with the structure axis first) they are accumulated over
-    batches of structures through the executor seam (memory bounded by a batch); otherwise
-    one forward-over-reverse sweep over all the data, or, where ``D`` tangents of the data
-    would exceed :data:`SWEEP_BUDGET` entries, the same sweep in chunks of tangents
-    (:func:`chunked_derivatives`; e.g. a CRF's length-bucketed sentences).
+    One forward-over-reverse sweep over all the data when ``D`` tangents of it fit in
+    :data:`SWEEP_BUDGET` entries: the compiled program of
+    :func:`~approxcv.optim.newton.value_and_derivatives`, which the fit's Newton polish
+    already built (with ``J`` wherever ``D x n`` is small enough for the polish to ask for
+    it, so a caller that needs no ``J`` reuses it too and drops ``J``). Otherwise, at
+    ``level="structure"`` (data with the structure axis first) the derivatives are
+    accumulated over batches of structures through the executor seam (memory bounded by a
+    batch; also whenever an executor is given), and within one structure the sweep runs in
+    chunks of tangents (:func:`chunked_derivatives`; e.g. a CRF's length-bucketed sentences).
     """
+    from ..optim.newton import POLISH_JACOBIAN_MAX, value_and_derivatives
     from .accumulate import has_unit_axis, structure_derivatives
-    if options.level == "structure" and has_unit_axis(problem.data, problem.n_units):
+    dim = int(np.shape(problem.u_full)[0])
+    chunk = tangent_chunk(problem.data, max_chunk=dim, budget=SWEEP_BUDGET)
+    structure = options.level == "structure" and has_unit_axis(problem.data, problem.n_units)
+    if structure and (chunk < dim or options.executor is not None):
         return structure_derivatives(
             problem.fun, problem.u_full, problem.data, problem.n_units,
             batch_size=options.structure_batch_size, with_jacobian=with_jacobian,
             executor=options.executor, progress=options.progress)
-    dim = int(np.shape(problem.u_full)[0])
-    chunk = tangent_chunk(problem.data, max_chunk=dim, budget=SWEEP_BUDGET)
     if chunk < dim:     # all D tangents of one sweep would not fit: chunks of them
         out = chunked_derivatives(problem.fun, jax.numpy.asarray(problem.u_full),
                                   jax.numpy.ones(problem.n_units), problem.data,
                                   with_jacobian, chunk)
         return jax.block_until_ready(out)
-    # the one compiled (F, g, H, J) program the fit's Newton polish already built
-    from ..optim.newton import value_and_derivatives
-    out = value_and_derivatives(problem.fun, problem.u_full, np.ones(problem.n_units),
-                                problem.data, with_jacobian)[1:]
-    return jax.block_until_ready(out)
+    jacobian = with_jacobian or dim * problem.n_units <= POLISH_JACOBIAN_MAX
+    _, grad, hess, jac = jax.block_until_ready(value_and_derivatives(
+        problem.fun, problem.u_full, np.ones(problem.n_units), problem.data, jacobian))
+    return grad, hess, jac if with_jacobian else None
 
 
 #: data entries times tangents that one forward-over-reverse sweep may hold at once
