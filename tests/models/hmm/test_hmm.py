@@ -127,15 +127,15 @@ def test_schemes_a_and_b_give_same_fits_on_future_folds_and_differ_inside():
 
 
 def test_structure_level_heldout_is_marginal_likelihood_under_fold_params():
-    rng = np.random.default_rng(0)
-    seqs = [simulate_poisson_hmm(int(T), seed=s) for s, T in enumerate(rng.integers(30, 60, 5))]
+    # sequences of two lengths: padded to the longest, yet each scored on its own
+    seqs = [simulate_poisson_hmm(T, seed=s) for s, T in enumerate([31, 52, 31, 52, 52])]
     model = acv.models.PoissonHMM(2, n_init=2)
     params = model.fit(seqs)
     folds = acv.folds.leave_one_out(len(seqs))
     ij = acv.cross_validate(model, seqs, folds, method="ij", params=params, level="structure",
                             progress=False)
     ex = acv.cross_validate(model, seqs, folds, method="exact", params=params,
-                            level="structure", progress=False)
+                            level="structure", progress=False, restarts=0)
     # one jitted program per sequence length, not dozens of eagerly compiled operations
     nll = jax.jit(lambda p, x: -chain.log_normalizer(*model.log_potentials(
         p, x, jnp.ones(x.shape[0]))))
