@@ -12,7 +12,8 @@ combines; :func:`log_partition` runs that fixed plan: for each eliminated variab
 the factors touching ``v`` are summed (broadcast over their union scope ``S + {v}``) and
 ``v`` is summed out by one ``logsumexp`` — a log-space contraction that never leaves log
 space, so it cannot under- or overflow. The plan is a hashable NamedTuple of tuples, a
-static argument of ``jit``; the run is differentiable in the potentials (and so in
+static argument of ``jit``; the run (one ``lax.scan`` of gathers, sums and ``logsumexp``s
+on fixed shapes) is differentiable in the potentials (and so in
 parameters and weights) and ``vmap``s over folds.
 
 The *induced width* of the order is the largest number of neighbours a variable has when
@@ -43,9 +44,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.scipy.special import logsumexp
 
-__all__ = ["EliminationPlan", "Step", "build_plan", "min_fill_order", "induced_width",
+__all__ = ["EliminationPlan", "build_plan", "min_fill_order", "induced_width",
            "check_memory", "log_partition", "site_marginals", "SiteMarginals",
            "weighted_potentials", "weighted_log_marginal", "heldout_losses",
            "DEFAULT_MAX_BYTES"]
@@ -54,30 +56,22 @@ __all__ = ["EliminationPlan", "Step", "build_plan", "min_fill_order", "induced_w
 DEFAULT_MAX_BYTES = 2 ** 30
 
 
-class Step(NamedTuple):
-    """Eliminate ``var``: sum the factors ``inputs`` (ids), each broadcast to the union
-    scope ``scope + (var,)`` by ``(perm, expand)`` (axis order, then the positions where a
-    size-1 axis is inserted), and ``logsumexp`` out the last axis. The result has scope
-    ``scope`` and the next free id."""
-    var: int
-    inputs: tuple
-    perms: tuple
-    expands: tuple
-    scope: tuple
-
-
 class EliminationPlan(NamedTuple):
-    """A compiled elimination plan of one graph (hashable; a static argument of ``jit``).
+    """An elimination plan of one graph (hashable; a static argument of ``jit``).
 
-    n_nodes; edges: ``((s, t), ...)`` in input order and orientation (factor ids
-    ``n_nodes + e``); order: the elimination order; steps: one :class:`Step` per node;
-    width: the induced width of ``order``.
+    n_nodes; edges: ``((s, t), ...)`` in input order and orientation; order: the
+    elimination order; width: its induced width; and per step ``s`` (eliminating
+    ``order[s]``): edge_ids, the pairwise factors it consumes; msg_ids, the messages of
+    earlier steps it consumes; scopes, the remaining neighbours its message depends on
+    (sorted; empty: a connected component is done). Nested tuples of ints.
     """
     n_nodes: int
     edges: tuple
     order: tuple
-    steps: tuple
     width: int
+    edge_ids: tuple
+    msg_ids: tuple
+    scopes: tuple
 
 
 def _neighbour_sets(n_nodes, edges):
@@ -136,24 +130,60 @@ def build_plan(n_nodes: int, edges, order=None) -> EliminationPlan:
     order = min_fill_order(n_nodes, edges) if order is None else tuple(int(v) for v in order)
     if sorted(order) != list(range(n_nodes)):
         raise ValueError(f"`order` must be a permutation of range({n_nodes}), got {order}")
-    scopes = [(t,) for t in range(n_nodes)] + [e for e in edges]
-    live = set(range(len(scopes)))
-    steps, width = [], 0
+    live_edges, live_msgs, scopes, e_ids, m_ids = set(range(len(edges))), set(), [], [], []
     for v in order:
-        inputs = tuple(sorted(f for f in live if v in scopes[f]))
-        rest = sorted({x for f in inputs for x in scopes[f]} - {v})
-        union = tuple(rest) + (v,)
-        perms, expands = [], []
-        for f in inputs:
-            pos = [union.index(x) for x in scopes[f]]
-            perms.append(tuple(int(i) for i in np.argsort(pos)))
-            expands.append(tuple(i for i in range(len(union)) if union[i] not in scopes[f]))
-        live -= set(inputs)
-        live.add(len(scopes))
+        e_in = tuple(sorted(e for e in live_edges if v in edges[e]))
+        m_in = tuple(sorted(m for m in live_msgs if v in scopes[m]))
+        rest = sorted(({x for e in e_in for x in edges[e]}
+                       | {x for m in m_in for x in scopes[m]}) - {v})
+        live_edges -= set(e_in)
+        live_msgs = (live_msgs - set(m_in)) | {len(scopes)}
         scopes.append(tuple(rest))
-        width = max(width, len(rest))
-        steps.append(Step(v, inputs, tuple(perms), tuple(expands), tuple(rest)))
-    return EliminationPlan(int(n_nodes), edges, order, tuple(steps), width)
+        e_ids.append(e_in)
+        m_ids.append(m_in)
+    width = max([len(sc) for sc in scopes] + [0])
+    return EliminationPlan(int(n_nodes), edges, order, width, tuple(e_ids), tuple(m_ids),
+                           tuple(scopes))
+
+
+def message_slots(plan: EliminationPlan) -> tuple:
+    """``(slot of each step's message, number of slots)``: messages that are never alive at
+    the same time share a row of the message buffer (a register allocation), so the
+    buffer a step carries — and its reverse-mode cotangent — holds only the live ones."""
+    free, slots, top = [], [], 0
+    for s in range(plan.n_nodes):
+        for m in plan.msg_ids[s]:
+            free.append(slots[m])
+        if free:
+            slots.append(min(free))
+            free.remove(slots[-1])
+        else:
+            slots.append(top)
+            top += 1
+    return tuple(slots), top
+
+
+def segments(plan: EliminationPlan, n_states: int, overhead: int = 100_000) -> list:
+    """Split the steps into contiguous runs ``(start, stop, r)``, each run on union scopes
+    of ``r`` slots (its largest ``|scope| + 1``), minimising ``sum (stop - start) K^r +
+    overhead`` per run by dynamic programming (min-fill eliminates small scopes first, so
+    few runs cover most steps on small tensors)."""
+    need = [len(sc) + 1 for sc in plan.scopes]
+    n = len(need)
+    best, back = [0.0] + [np.inf] * n, [0] * (n + 1)
+    for stop in range(1, n + 1):
+        r = 0
+        for start in range(stop - 1, -1, -1):
+            r = max(r, need[start])
+            cost = best[start] + (stop - start) * float(n_states) ** r + overhead
+            if cost < best[stop]:
+                best[stop], back[stop] = cost, start
+    runs, stop = [], n
+    while stop > 0:
+        start = back[stop]
+        runs.append((start, stop, max(need[start:stop])))
+        stop = start
+    return runs[::-1]
 
 
 def check_memory(plan: EliminationPlan, n_states: int, max_bytes: float = DEFAULT_MAX_BYTES):
@@ -170,16 +200,78 @@ def check_memory(plan: EliminationPlan, n_states: int, max_bytes: float = DEFAUL
     return need
 
 
+def _run_arrays(plan: EliminationPlan, start: int, stop: int, r: int, n_states: int,
+                msg_r: list, slots: tuple, n_slots: int):
+    """Per-step arrays of one run on ``r`` union slots (the step's scope first, its
+    variable last): variable, edge ids (padded with ``E``, a zero factor) and their
+    strides ``(A_e, r)``, message rows (padded with the zero row) and strides
+    ``(A_m, r)`` (ids are rows of the message buffer, :func:`message_slots`), the row of
+    the step's own message, root flags. A factor's stride at a slot is ``K^d`` for the digit ``d``
+    of that variable in its flat row-major index, 0 off its scope; message ``m`` is
+    stored over ``msg_r[m] - 1`` slots."""
+    steps = range(start, stop)
+    a_e = max([len(plan.edge_ids[s]) for s in steps] + [1])
+    a_m = max([len(plan.msg_ids[s]) for s in steps] + [1])
+    e_ids = np.full((len(steps), a_e), len(plan.edges), np.int32)
+    m_ids = np.full((len(steps), a_m), n_slots, np.int32)
+    e_str = np.zeros((len(steps), a_e, r), np.int32)
+    m_str = np.zeros((len(steps), a_m, r), np.int32)
+    for i, s in enumerate(steps):
+        slot = {x: j for j, x in enumerate(plan.scopes[s])}
+        slot[plan.order[s]] = r - 1
+        for a, e in enumerate(plan.edge_ids[s]):
+            e_ids[i, a] = e
+            for d, x in zip((1, 0), plan.edges[e]):
+                e_str[i, a, slot[x]] = n_states ** d
+        for a, m in enumerate(plan.msg_ids[s]):
+            m_ids[i, a] = slots[m]
+            for j, x in enumerate(plan.scopes[m]):
+                m_str[i, a, slot[x]] = n_states ** (msg_r[m] - 2 - j)
+    root = np.array([not plan.scopes[s] for s in steps])
+    return (np.asarray(plan.order[start:stop], np.int32),
+            np.asarray(slots[start:stop], np.int32),
+            e_ids, e_str, m_ids, m_str, root)
+
+
 def log_partition(plan: EliminationPlan, unary, pairwise):
     """``log Z = log sum_z exp(sum_t unary[t, z_t] + sum_e pairwise[e, z_s, z_t])`` by the
-    fixed elimination plan (module docstring). ``unary (n, K)``, ``pairwise (E, K, K)``."""
-    factors = list(unary) + list(pairwise)
-    for step in plan.steps:
-        total = 0.0
-        for f, perm, expand in zip(step.inputs, step.perms, step.expands):
-            total = total + jnp.expand_dims(jnp.transpose(factors[f], perm), expand)
-        factors.append(logsumexp(total, axis=-1))
-    return sum(factors[-1 - i] for i, s in enumerate(reversed(plan.steps)) if not s.scope)
+    fixed elimination plan. ``unary (n, K)``, ``pairwise (E, K, K)``.
+
+    A few ``lax.scan``s over runs of steps (:func:`segments`; the program does not grow
+    with the graph): step ``s`` gathers its factors onto the ``K^r`` configurations of
+    its union scope (``index = configs @ strides``), sums them and ``logsumexp``s out
+    the last slot, ``m_s(z_scope) = log sum_{z_v} exp(u_v(z_v) + sum_e P_e(z) + sum_m
+    m_m(z))``; ``log Z`` is the sum of the scalar messages (one per connected component).
+    """
+    n_states = unary.shape[1]
+    runs = segments(plan, n_states)
+    msg_r = [0] * plan.n_nodes
+    for start, stop, r in runs:
+        msg_r[start:stop] = [r] * (stop - start)
+    pair_flat = jnp.concatenate([pairwise.reshape(len(plan.edges), -1),
+                                 jnp.zeros((1, n_states ** 2), unary.dtype)])
+    slots, n_slots = message_slots(plan)
+    msgs = jnp.zeros((n_slots + 1, n_states ** plan.width), unary.dtype)
+    log_z = jnp.zeros((), unary.dtype)
+    for start, stop, r in runs:
+        configs = np.indices((n_states,) * r).reshape(r, -1).T.astype(np.int32)  # (K^r, r)
+
+        def _step(carry, x, configs=configs):
+            """Sum the factors of one elimination on its union scope; sum out the variable."""
+            msgs, log_z = carry
+            v, s, e_ids, e_strides, m_ids, m_strides, root = x
+            total = unary[v][configs[:, -1]]
+            total = total + jnp.sum(jnp.take_along_axis(
+                pair_flat[e_ids], e_strides @ configs.T, 1), 0)
+            total = total + jnp.sum(jnp.take_along_axis(
+                msgs[m_ids], m_strides @ configs.T, 1), 0)
+            new = logsumexp(total.reshape(-1, n_states), axis=-1)
+            msgs = lax.dynamic_update_slice(msgs, new[None], (s, jnp.zeros((), s.dtype)))
+            return (msgs, log_z + jnp.where(root, new[0], 0.0)), None
+
+        xs = _run_arrays(plan, start, stop, r, n_states, msg_r, slots, n_slots)
+        (msgs, log_z), _ = lax.scan(_step, (msgs, log_z), xs)
+    return log_z
 
 
 class SiteMarginals(NamedTuple):
