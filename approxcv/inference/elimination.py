@@ -12,7 +12,7 @@ combines; :func:`log_partition` runs that fixed plan: for each eliminated variab
 the factors touching ``v`` are summed (broadcast over their union scope ``S + {v}``) and
 ``v`` is summed out by one ``logsumexp`` — a log-space contraction that never leaves log
 space, so it cannot under- or overflow. The plan is a hashable NamedTuple of tuples, a
-static argument of ``jit``; the run (one ``lax.scan`` of gathers, sums and ``logsumexp``s
+static argument of the ``jit``-compiled kernels; the run (one ``lax.scan`` of gathers, sums and ``logsumexp``s
 on fixed shapes) is differentiable in the potentials (and so in
 parameters and weights) and ``vmap``s over folds.
 
@@ -39,6 +39,7 @@ Weighted marginal likelihood of a hidden MRF (structured-CV paper, eq. 4-5): lat
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -233,6 +234,7 @@ def _run_arrays(plan: EliminationPlan, start: int, stop: int, r: int, n_states: 
             e_ids, e_str, m_ids, m_str, root)
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def log_partition(plan: EliminationPlan, unary, pairwise):
     """``log Z = log sum_z exp(sum_t unary[t, z_t] + sum_e pairwise[e, z_s, z_t])`` by the
     fixed elimination plan. ``unary (n, K)``, ``pairwise (E, K, K)``.
@@ -280,6 +282,7 @@ class SiteMarginals(NamedTuple):
     marginals: jax.Array
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def site_marginals(plan: EliminationPlan, unary, pairwise) -> SiteMarginals:
     """``log Z`` and the site marginals ``p(z_t = k) = d log Z / d unary[t, k]`` (reverse
     mode through the plan: one forward and one backward elimination)."""
@@ -303,16 +306,20 @@ def weighted_potentials(plan: EliminationPlan, unary, pairwise, weights, scheme:
     raise ValueError(f"`scheme` must be 'A' or 'B', got {scheme!r}")
 
 
+@functools.partial(jax.jit, static_argnums=(0, 5))
 def weighted_log_marginal(plan: EliminationPlan, field_unary, field_pairwise, log_lik,
                           weights, scheme: str = "A"):
     """``log p_scheme(x; w)`` of a hidden MRF (module docstring, seed eq. 4-5), the
     latent field's weighted normaliser included. ``field_unary (n, K)``, ``field_pairwise``
     ``(K, K)`` or ``(E, K, K)``, ``log_lik (n, K)``, ``weights (n,)``."""
     h, pair = weighted_potentials(plan, field_unary, field_pairwise, weights, scheme)
-    log_num = log_partition(plan, h + log_lik * weights[:, None], pair)
-    return log_num - log_partition(plan, h, pair)
+    # numerator and normaliser in one batched elimination (one scan in the program)
+    log_z = jax.vmap(log_partition, (None, 0, None))(
+        plan, jnp.stack([h + log_lik * weights[:, None], h]), pair)
+    return log_z[0] - log_z[1]
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def heldout_losses(plan: EliminationPlan, field_unary, field_pairwise, log_lik, weights):
     """Held-out losses of the sites with ``weights == 0``, in the full (unweighted) model.
 
@@ -322,8 +329,11 @@ def heldout_losses(plan: EliminationPlan, field_unary, field_pairwise, log_lik, 
     """
     _, pair = weighted_potentials(plan, field_unary, field_pairwise, weights, "A")
     kept = (weights != 0).astype(log_lik.dtype)
-    post = site_marginals(plan, field_unary + log_lik * kept[:, None], pair)
-    log_z_all = log_partition(plan, field_unary + log_lik, pair)
+    # the kept-only and the full model in one batched elimination
+    both = jax.vmap(site_marginals, (None, 0, None))(
+        plan, jnp.stack([field_unary + log_lik * kept[:, None], field_unary + log_lik]), pair)
+    post, log_z_all = SiteMarginals(both.log_normalizer[0], both.marginals[0]), \
+        both.log_normalizer[1]
     log_marg = jnp.log(jnp.maximum(post.marginals, jnp.finfo(log_lik.dtype).tiny))
     log_pred = logsumexp(log_marg + log_lik, axis=1)
     points = jnp.where(kept > 0, 0.0, -log_pred)

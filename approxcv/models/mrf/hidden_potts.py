@@ -92,6 +92,9 @@ class HiddenPotts(Model):
         >>> params = model.fit((d.sids74, d.births74 / 1000))
     """
 
+    #: exact-CV refits by damped Newton: the emission parameters are few (``K`` or ``2K``)
+    refit_solver = "newton"
+
     def __init__(self, adjacency, n_states: int, beta: float, emission: str = "poisson", *,
                  rate_shape: float = 1.1, rate_rate: float = 1e-3, variance_shape: float = 1.1,
                  variance_scale: float = 1e-2, mean_prior_variance: float = 1e6,
