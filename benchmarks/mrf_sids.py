@@ -192,7 +192,7 @@ def plot(out, path):
     ax.set_yscale("log")
     ax.set_xticks(x, [f"beta={b}" for b in betas])
     ax.set_ylabel(f"seconds, {out['n_folds']} folds (warm)")
-    ax.legend()
+    ax.legend(fontsize=7, loc="center right")
     ax = axes[0, 1]
     ax.plot(betas, [cells[b]["exact_cv_loss"] for b in betas], "o-", label="exact CV")
     ax.plot(betas, [cells[b]["ij_cv_loss"] for b in betas], "s--", label="IJ")
