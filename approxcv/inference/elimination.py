@@ -53,6 +53,8 @@ __all__ = ["EliminationPlan", "build_plan", "min_fill_order", "induced_width",
            "weighted_potentials", "weighted_log_marginal", "heldout_losses",
            "DEFAULT_MAX_BYTES"]
 
+#: work (configurations summed over the steps) below which one run is used
+SMALL_WORK = 4096
 #: largest intermediate factor allowed by default (bytes of float64)
 DEFAULT_MAX_BYTES = 2 ** 30
 
@@ -147,43 +149,59 @@ def build_plan(n_nodes: int, edges, order=None) -> EliminationPlan:
                            tuple(scopes))
 
 
-def message_slots(plan: EliminationPlan) -> tuple:
-    """``(slot of each step's message, number of slots)``: messages that are never alive at
-    the same time share a row of the message buffer (a register allocation), so the
-    buffer a step carries — and its reverse-mode cotangent — holds only the live ones."""
-    free, slots, top = [], [], 0
+def message_slots(plan: EliminationPlan, run_of: list) -> tuple:
+    """``(row of each step's message in its run's buffer, rows of each run's buffer)``:
+    messages that are never alive at the same time share a row (a register allocation per
+    buffer), so the buffers a step carries — and their reverse-mode cotangents — hold only
+    the live messages, each buffer with rows as long as its own run's messages."""
+    n_runs = max(run_of) + 1 if run_of else 0
+    free, top, rows = [[] for _ in range(n_runs)], [0] * n_runs, []
     for s in range(plan.n_nodes):
         for m in plan.msg_ids[s]:
-            free.append(slots[m])
-        if free:
-            slots.append(min(free))
-            free.remove(slots[-1])
+            free[run_of[m]].append(rows[m])
+        g = run_of[s]
+        if free[g]:
+            rows.append(min(free[g]))
+            free[g].remove(rows[-1])
         else:
-            slots.append(top)
-            top += 1
-    return tuple(slots), top
+            rows.append(top[g])
+            top[g] += 1
+    return tuple(rows), tuple(top)
 
 
-def segments(plan: EliminationPlan, n_states: int, overhead: int = 100_000) -> list:
-    """Split the steps into contiguous runs ``(start, stop, r)``, each run on union scopes
-    of ``r`` slots (its largest ``|scope| + 1``), minimising ``sum (stop - start) K^r +
-    overhead`` per run by dynamic programming (min-fill eliminates small scopes first, so
-    few runs cover most steps on small tensors)."""
+def segments(plan: EliminationPlan, n_states: int, max_runs: int = 3) -> list:
+    """Split the steps into at most ``max_runs`` contiguous runs ``(start, stop, r)``, each
+    on union scopes of ``r`` slots (its largest ``|scope| + 1``): the fewest runs whose work
+    ``sum (stop - start) K^r`` is within 1.5x of the least (dynamic programming), one run
+    below ``SMALL_WORK``. Min-fill eliminates small scopes first, so a few runs keep most
+    steps on small tensors; each run is one ``scan`` (compilation grows with the number of
+    runs, not with the graph)."""
     need = [len(sc) + 1 for sc in plan.scopes]
     n = len(need)
-    best, back = [0.0] + [np.inf] * n, [0] * (n + 1)
-    for stop in range(1, n + 1):
-        r = 0
-        for start in range(stop - 1, -1, -1):
-            r = max(r, need[start])
-            cost = best[start] + (stop - start) * float(n_states) ** r + overhead
-            if cost < best[stop]:
-                best[stop], back[stop] = cost, start
+    if n == 0:
+        return []
+    # best[j][stop]: least work covering steps [0, stop) with j runs
+    best = [[np.inf] * (n + 1) for _ in range(max_runs + 1)]
+    back = [[0] * (n + 1) for _ in range(max_runs + 1)]
+    best[0][0] = 0.0
+    for j in range(1, max_runs + 1):
+        for stop in range(1, n + 1):
+            r = 0
+            for start in range(stop - 1, -1, -1):
+                r = max(r, need[start])
+                cost = best[j - 1][start] + (stop - start) * float(n_states) ** r
+                if cost < best[j][stop]:
+                    best[j][stop], back[j][stop] = cost, start
+    # the fewest runs within 1.5x of the least work; one run for small work (each run
+    # costs compilation, and a run's overhead dwarfs its work on a small graph)
+    least = min(best[k][n] for k in range(1, max_runs + 1))
+    j = 1 if best[1][n] <= SMALL_WORK else min(
+        k for k in range(1, max_runs + 1) if best[k][n] <= 1.5 * least)
     runs, stop = [], n
     while stop > 0:
-        start = back[stop]
+        start = back[j][stop]
         runs.append((start, stop, max(need[start:stop])))
-        stop = start
+        stop, j = start, j - 1
     return runs[::-1]
 
 
@@ -201,22 +219,26 @@ def check_memory(plan: EliminationPlan, n_states: int, max_bytes: float = DEFAUL
     return need
 
 
-def _run_arrays(plan: EliminationPlan, start: int, stop: int, r: int, n_states: int,
-                msg_r: list, slots: tuple, n_slots: int):
-    """Per-step arrays of one run on ``r`` union slots (the step's scope first, its
-    variable last): variable, edge ids (padded with ``E``, a zero factor) and their
-    strides ``(A_e, r)``, message rows (padded with the zero row) and strides
-    ``(A_m, r)`` (ids are rows of the message buffer, :func:`message_slots`), the row of
-    the step's own message, root flags. A factor's stride at a slot is ``K^d`` for the digit ``d``
-    of that variable in its flat row-major index, 0 off its scope; message ``m`` is
-    stored over ``msg_r[m] - 1`` slots."""
+def _run_arrays(plan: EliminationPlan, g: int, runs: list, run_of: list, n_states: int,
+                rows: tuple, n_rows: tuple):
+    """Per-step arrays of run ``g`` on ``r`` union slots (the step's scope first, its
+    variable last): variable, the row of the step's own message, edge ids (padded with
+    ``E``, a zero factor) and their strides ``(A_e, r)``, then for every buffer ``h <= g``
+    message rows (padded with its zero row) and strides ``(A_h, r)``, and root flags. A
+    factor's stride at a slot is ``K^d`` for the digit ``d`` of that variable in its flat
+    row-major index, 0 off its scope; a message of run ``h`` is stored over ``r_h - 1``
+    slots."""
+    start, stop, r = runs[g]
     steps = range(start, stop)
     a_e = max([len(plan.edge_ids[s]) for s in steps] + [1])
-    a_m = max([len(plan.msg_ids[s]) for s in steps] + [1])
     e_ids = np.full((len(steps), a_e), len(plan.edges), np.int32)
-    m_ids = np.full((len(steps), a_m), n_slots, np.int32)
     e_str = np.zeros((len(steps), a_e, r), np.int32)
-    m_str = np.zeros((len(steps), a_m, r), np.int32)
+    m_ids = [None] * (g + 1)
+    m_str = [None] * (g + 1)
+    for h in range(g + 1):
+        a_m = max([sum(run_of[m] == h for m in plan.msg_ids[s]) for s in steps] + [1])
+        m_ids[h] = np.full((len(steps), a_m), n_rows[h], np.int32)
+        m_str[h] = np.zeros((len(steps), a_m, r), np.int32)
     for i, s in enumerate(steps):
         slot = {x: j for j, x in enumerate(plan.scopes[s])}
         slot[plan.order[s]] = r - 1
@@ -224,14 +246,17 @@ def _run_arrays(plan: EliminationPlan, start: int, stop: int, r: int, n_states: 
             e_ids[i, a] = e
             for d, x in zip((1, 0), plan.edges[e]):
                 e_str[i, a, slot[x]] = n_states ** d
-        for a, m in enumerate(plan.msg_ids[s]):
-            m_ids[i, a] = slots[m]
+        used = [0] * (g + 1)
+        for m in plan.msg_ids[s]:
+            h = run_of[m]
+            a, used[h] = used[h], used[h] + 1
+            m_ids[h][i, a] = rows[m]
             for j, x in enumerate(plan.scopes[m]):
-                m_str[i, a, slot[x]] = n_states ** (msg_r[m] - 2 - j)
+                m_str[h][i, a, slot[x]] = n_states ** (runs[h][2] - 2 - j)
     root = np.array([not plan.scopes[s] for s in steps])
     return (np.asarray(plan.order[start:stop], np.int32),
-            np.asarray(slots[start:stop], np.int32),
-            e_ids, e_str, m_ids, m_str, root)
+            np.asarray(rows[start:stop], np.int32), e_ids, e_str, tuple(m_ids), tuple(m_str),
+            root)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -244,35 +269,38 @@ def log_partition(plan: EliminationPlan, unary, pairwise):
     its union scope (``index = configs @ strides``), sums them and ``logsumexp``s out
     the last slot, ``m_s(z_scope) = log sum_{z_v} exp(u_v(z_v) + sum_e P_e(z) + sum_m
     m_m(z))``; ``log Z`` is the sum of the scalar messages (one per connected component).
+    Each run writes its messages into its own buffer (rows of ``K^(r - 1)``); later runs
+    read it as a constant.
     """
     n_states = unary.shape[1]
     runs = segments(plan, n_states)
-    msg_r = [0] * plan.n_nodes
-    for start, stop, r in runs:
-        msg_r[start:stop] = [r] * (stop - start)
+    run_of = [g for g, (start, stop, _) in enumerate(runs) for _ in range(start, stop)]
+    rows, n_rows = message_slots(plan, run_of)
     pair_flat = jnp.concatenate([pairwise.reshape(len(plan.edges), -1),
                                  jnp.zeros((1, n_states ** 2), unary.dtype)])
-    slots, n_slots = message_slots(plan)
-    msgs = jnp.zeros((n_slots + 1, n_states ** plan.width), unary.dtype)
-    log_z = jnp.zeros((), unary.dtype)
-    for start, stop, r in runs:
+    buffers, log_z = [], jnp.zeros((), unary.dtype)
+    for g, (start, stop, r) in enumerate(runs):
         configs = np.indices((n_states,) * r).reshape(r, -1).T.astype(np.int32)  # (K^r, r)
+        done = tuple(buffers)
 
-        def _step(carry, x, configs=configs):
+        def _step(carry, x, configs=configs, done=done):
             """Sum the factors of one elimination on its union scope; sum out the variable."""
             msgs, log_z = carry
-            v, s, e_ids, e_strides, m_ids, m_strides, root = x
+            v, row, e_ids, e_strides, m_ids, m_strides, root = x
             total = unary[v][configs[:, -1]]
             total = total + jnp.sum(jnp.take_along_axis(
                 pair_flat[e_ids], e_strides @ configs.T, 1), 0)
-            total = total + jnp.sum(jnp.take_along_axis(
-                msgs[m_ids], m_strides @ configs.T, 1), 0)
+            for buf, ids, strides in zip(done + (msgs,), m_ids, m_strides):
+                total = total + jnp.sum(jnp.take_along_axis(
+                    buf[ids], strides @ configs.T, 1), 0)
             new = logsumexp(total.reshape(-1, n_states), axis=-1)
-            msgs = lax.dynamic_update_slice(msgs, new[None], (s, jnp.zeros((), s.dtype)))
+            msgs = lax.dynamic_update_slice(msgs, new[None], (row, jnp.zeros((), row.dtype)))
             return (msgs, log_z + jnp.where(root, new[0], 0.0)), None
 
-        xs = _run_arrays(plan, start, stop, r, n_states, msg_r, slots, n_slots)
+        msgs = jnp.zeros((n_rows[g] + 1, n_states ** (r - 1)), unary.dtype)
+        xs = _run_arrays(plan, g, runs, run_of, n_states, rows, n_rows)
         (msgs, log_z), _ = lax.scan(_step, (msgs, log_z), xs)
+        buffers.append(msgs)
     return log_z
 
 
