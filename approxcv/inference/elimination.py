@@ -9,12 +9,15 @@ with unary log-potentials ``u (n, K)`` and pairwise ones ``P (E, K, K)`` (row: t
 first node). :func:`build_plan` chooses an elimination order by min-fill (Koller and
 Friedman 2009, §9.4.3) and records, once per graph, which factors each elimination step
 combines; :func:`log_partition` runs that fixed plan: for each eliminated variable ``v``
-the factors touching ``v`` are summed (broadcast over their union scope ``S + {v}``) and
-``v`` is summed out by one ``logsumexp`` — a log-space contraction that never leaves log
-space, so it cannot under- or overflow. The plan is a hashable NamedTuple of tuples, a
-static argument of the ``jit``-compiled kernels; the run (one ``lax.scan`` of gathers, sums and ``logsumexp``s
-on fixed shapes) is differentiable in the potentials (and so in
-parameters and weights) and ``vmap``s over folds.
+the factors touching ``v`` are gathered onto the configurations of their union scope
+``S + {v}`` and summed, and ``v`` is summed out by one ``logsumexp`` — a log-space
+contraction that never leaves log space, so it cannot under- or overflow. The plan is a
+hashable NamedTuple of tuples, a static argument of the ``jit``-compiled kernels. The steps
+run as at most three ``lax.scan``s (:func:`segments`) on fixed shapes, so the compiled
+program does not grow with the graph (an unrolled plan, one contraction per step, ran
+5x faster on the 100-county SIDS graph but took 26 s to compile its Hessian); the run is
+differentiable in the potentials (and so in parameters and weights) and ``vmap``s over
+folds.
 
 The *induced width* of the order is the largest number of neighbours a variable has when
 it is eliminated; the largest intermediate tensor has ``K ** (width + 1)`` entries.
