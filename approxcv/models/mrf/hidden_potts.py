@@ -78,8 +78,8 @@ class HiddenPotts(Model):
         max_steps: iterations of either optimiser.
         max_bytes: memory allowed for the largest elimination factor.
 
-    Data: ``x (n,)``, or ``(x, exposure)`` with positive exposures (Poisson: expected
-    counts ``e_t lambda_k``, e.g. births for death counts).
+    Data: ``x (n,)``, or a tuple ``(x, exposure)`` of two ``(n,)`` arrays with positive
+    exposures (Poisson: expected counts ``e_t lambda_k``, e.g. births for death counts).
 
     Raises:
         InvalidGraphError: a bad adjacency (not symmetric, self-loops, a disconnected site).
@@ -154,8 +154,9 @@ class HiddenPotts(Model):
                                        f"(one field, the units are its sites), got {level!r}")
         if isinstance(data, FieldData):
             return data, "within", self.n_sites
-        x, exposure = (data if isinstance(data, (tuple, list)) and len(data) == 2
-                       else (data, None))
+        pair = (isinstance(data, tuple) and len(data) == 2
+                and all(np.ndim(d) == 1 for d in data))
+        x, exposure = data if pair else (data, None)
         x = check_finite("data", as_real_array("data", x)).astype(np.float64)
         if x.shape != (self.n_sites,):
             raise InvalidDataError(f"`data` must have shape ({self.n_sites},) (one value per "
