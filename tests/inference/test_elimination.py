@@ -51,7 +51,7 @@ def test_every_elimination_order_gives_the_same_value():
     ref = float(logsumexp(_energies(unary, pairwise)[1]))
     rng = np.random.default_rng(0)
     orders = [tuple(range(N)), tuple(reversed(range(N)))] + [
-        tuple(rng.permutation(N)) for _ in range(2)]
+        tuple(rng.permutation(N))]
     widths = set()
     for order in orders:
         plan = el.build_plan(N, EDGES, order)
