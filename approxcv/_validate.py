@@ -65,3 +65,36 @@ def check_positive(name: str, value) -> float:
     if not (np.isfinite(number) and number > 0):
         raise InvalidArgumentError(f"`{name}` must be a finite number > 0, got {value!r}")
     return number
+
+
+def check_adjacency(name: str, adjacency, isolated: bool = False) -> np.ndarray:
+    """Return ``adjacency`` as an ``(n, n)`` 0/1 int8 array of a simple undirected graph.
+
+    Raises ``InvalidGraphError`` naming ``name`` when it is not square, holds values other
+    than 0/1 (or booleans), is not symmetric, has self-loops, or — unless ``isolated`` —
+    has a node without neighbours (a disconnected site).
+    """
+    from .errors import InvalidGraphError
+    try:
+        arr = as_real_array(name, adjacency)
+    except (ArgumentTypeError, InvalidDataError) as exc:
+        raise InvalidGraphError(str(exc)) from None
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] < 2:
+        raise InvalidGraphError(f"`{name}` must be a square (n, n) matrix with n >= 2, got "
+                                f"shape {arr.shape}")
+    if not np.all((arr == 0) | (arr == 1)):
+        raise InvalidGraphError(f"`{name}` must hold only 0 and 1 (or booleans)")
+    arr = arr.astype(np.int8)
+    if np.any(np.diag(arr)):
+        raise InvalidGraphError(f"`{name}` has self-loops at nodes "
+                                f"{np.flatnonzero(np.diag(arr))[:5].tolist()}")
+    if not np.array_equal(arr, arr.T):
+        s, t = (int(i[0]) for i in np.nonzero(arr != arr.T))
+        raise InvalidGraphError(f"`{name}` is not symmetric: entry ({s}, {t}) is {arr[s, t]} "
+                                f"but ({t}, {s}) is {arr[t, s]}")
+    lonely = np.flatnonzero(arr.sum(1) == 0)
+    if lonely.size and not isolated:
+        raise InvalidGraphError(f"`{name}` has {lonely.size} disconnected site(s) without "
+                                f"neighbours (e.g. {lonely[:5].tolist()}); drop them or join "
+                                "them to the graph")
+    return arr

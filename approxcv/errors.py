@@ -46,6 +46,16 @@ class FoldRemovesAllError(InvalidFoldsError):
     """A fold leaves out every unit, so there is nothing to train on."""
 
 
+class InvalidGraphError(InvalidArgumentError):
+    """A graph (an adjacency matrix or edge list) is not a valid simple undirected graph for
+    the model: not symmetric, self-loops, weights other than 0/1, or an isolated node."""
+
+
+class GraphTooWideError(InvalidArgumentError):
+    """Exact variable elimination on a graph would need too much memory: the message names
+    the induced width, the number of states and the bytes of the largest factor."""
+
+
 class NotPositiveDefiniteError(ApproxCVError, ValueError):
     """A Hessian could not be made positive definite by the allowed jitter."""
 

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._validate import check_positive_int
+from ._validate import check_adjacency, check_positive_int
 from .errors import (ArgumentTypeError, DuplicateFoldIdError, DuplicateIndexError,
                      EmptyFoldError, FoldIndexError, FoldRemovesAllError, InvalidArgumentError)
 
 __all__ = ["Folds", "iid", "contiguous", "leave_future_out", "leave_one_out", "kfold",
-           "as_folds"]
+           "neighbourhood", "as_folds"]
 
 
 class Folds(Sequence):
@@ -244,3 +244,31 @@ def kfold(n: int, k: int, seed: int = 0) -> Folds:
         raise InvalidArgumentError(f"`k`={k} exceeds the number of units n={n}")
     perm = np.random.default_rng(seed).permutation(n)
     return Folds(np.array_split(perm, k), n)
+
+
+def neighbourhood(adjacency, radius: int = 1, centres=None) -> Folds:
+    """Spatial blocks: fold ``i`` leaves out site ``centres[i]`` with every site within
+    ``radius`` steps of it in the graph (``radius=0``: the site alone, leave-one-site-out).
+
+    Parameters
+    ----------
+    adjacency : (n, n) 0/1 array
+        Symmetric, no self-loops (isolated sites are allowed: their block is the site).
+    radius : int, default 1
+        Graph distance of the block around each centre.
+    centres : sequence of int, optional
+        The centre of each fold; default every site ``0..n-1``.
+    """
+    adj = check_adjacency("adjacency", adjacency, isolated=True)
+    radius = check_positive_int("radius", radius, 0)
+    n = adj.shape[0]
+    centres = np.arange(n) if centres is None else np.atleast_1d(np.asarray(centres))
+    if centres.dtype.kind not in "iu" or centres.size == 0:
+        raise FoldIndexError("`centres` must be a non-empty sequence of integer sites")
+    if centres.min() < 0 or centres.max() >= n:
+        raise FoldIndexError(f"`centres` must lie in [0, {n}), got {centres.min()}.."
+                             f"{centres.max()}")
+    reach = np.eye(n, dtype=bool)[centres]
+    for _ in range(radius):
+        reach = reach | ((reach.astype(np.int64) @ adj) > 0)
+    return Folds([np.flatnonzero(r) for r in reach], n)

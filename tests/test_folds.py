@@ -82,3 +82,22 @@ def test_fold_ids_are_distinct_integers():
     with pytest.raises(InvalidArgumentError, match="`which` lists a fold more than once"):
         acv.folds.iid(10, 0.2, 3).subset([1, -2])
     assert list(acv.folds.Folds([[0], [1]], 10, ids=[7.0, 3]).ids) == [7, 3]
+
+
+def test_neighbourhood_blocks_and_bad_graphs():
+    from approxcv.errors import InvalidGraphError
+    ring = np.zeros((6, 6), dtype=int)
+    for s in range(6):
+        ring[s, (s + 1) % 6] = ring[(s + 1) % 6, s] = 1
+    f = acv.folds.neighbourhood(ring, radius=1)
+    assert len(f) == 6 and f.n == 6
+    np.testing.assert_array_equal(f[0], [0, 1, 5])
+    np.testing.assert_array_equal(acv.folds.neighbourhood(ring, 2, centres=[3])[0],
+                                  [1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(acv.folds.neighbourhood(ring, 0)[4], [4])
+    lopsided = ring.copy()
+    lopsided[0, 3] = 1
+    with pytest.raises(InvalidGraphError, match="not symmetric"):
+        acv.folds.neighbourhood(lopsided)
+    with pytest.raises(acv.errors.FoldIndexError):
+        acv.folds.neighbourhood(ring, 1, centres=[6])

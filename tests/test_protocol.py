@@ -58,6 +58,13 @@ def _case(name):
         sents = [(x, np.argmax(x @ w + rng.gumbel(size=(len(x), 3)), 1)) for x in xs]
         return (m.LinearChainCRF(3), sents,
                 "within" if name.endswith("within") else "structure")
+    if name == "HiddenPotts":
+        adj = np.zeros((8, 8), dtype=int)
+        for s, t in [(0, 1), (1, 2), (2, 3), (3, 0), (2, 4), (4, 5), (5, 6), (6, 7), (7, 4),
+                     (1, 5)]:
+            adj[s, t] = adj[t, s] = 1
+        x = np.random.default_rng(10).poisson([2, 2, 3, 2, 9, 8, 10, 9]).astype(float)
+        return m.HiddenPotts(adj, 2, beta=0.5, n_init=1), x, None
     X, y = _regression(7)
     if name == "Ridge":
         return m.Ridge(1.0), (X, y), None
@@ -73,7 +80,7 @@ def _case(name):
 
 MODELS = ["PoissonHMM", "GaussianHMM", "GaussianHMM-AR1", "CategoricalHMM", "ARHMM",
           "ARHMM-sequences", "TimeVaryingPoisson", "Ridge", "Logistic", "PoissonRegression",
-          "ElasticNet", "LinearChainCRF", "LinearChainCRF-within"]
+          "ElasticNet", "LinearChainCRF", "LinearChainCRF-within", "HiddenPotts"]
 
 
 @pytest.fixture(scope="module", params=MODELS)

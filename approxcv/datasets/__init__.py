@@ -1,9 +1,11 @@
 """Small real data sets shipped with approxcv.
 
 Bundled: ``calls``, the five-minute call volumes of a large North American
-bank from the R package fpp2, and ``basic_motions``, the 80 smart-watch motion
-sequences of the UEA/UCR BasicMotions problem as shipped in aeon (see
-``PROVENANCE.md`` in this directory). Read from another package when installed:
+bank from the R package fpp2, ``basic_motions``, the 80 smart-watch motion
+sequences of the UEA/UCR BasicMotions problem as shipped in aeon, and two spatial
+data sets with their contiguity graphs from the examples of libpysal: ``sids``
+(North Carolina SIDS counts, 100 counties) and ``columbus`` (Columbus, Ohio crime,
+49 neighbourhoods) (see ``PROVENANCE.md`` in this directory). Read from another package when installed:
 CoNLL-2003 English NER (:func:`load_conll2003`, not shipped: Reuters text). Nothing here imports JAX; pandas is imported only when a
 DataFrame is requested.
 """
@@ -20,7 +22,8 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["available", "load_calls", "describe_calls", "load_basic_motions", "BasicMotions",
-           "load_conll2003", "read_conll", "ConllSentence", "NER_TAGS"]
+           "load_conll2003", "read_conll", "ConllSentence", "NER_TAGS", "load_sids", "SIDS",
+           "load_columbus", "Columbus"]
 
 from .conll2003 import NER_TAGS, ConllSentence, load_conll2003, read_conll  # noqa: E402
 
@@ -34,9 +37,9 @@ def available() -> list[str]:
     Returns
     -------
     list of str
-        Data set names, currently ``["calls", "basic_motions"]``.
+        Data set names, currently ``["calls", "basic_motions", "sids", "columbus"]``.
     """
-    return ["calls", "basic_motions"]
+    return ["calls", "basic_motions", "sids", "columbus"]
 
 
 def _read_resource(name: str) -> str:
@@ -194,3 +197,93 @@ def load_basic_motions(standardize: bool = False) -> BasicMotions:
         flat = values.reshape(-1, values.shape[-1])
         values = (values - flat.mean(0)) / flat.std(0)
     return BasicMotions([v for v in values], labels.copy(), class_names, is_train.copy())
+
+
+def _read_table(name: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows (lists of strings) of a shipped CSV file without quoting."""
+    lines = _read_resource(name).strip().split("\n")
+    return lines[0].split(","), [line.split(",") for line in lines[1:]]
+
+
+def _adjacency(name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(adjacency (n, n) int8 0/1 symmetric, edges (E, 2) int64 with s < t)``."""
+    _, rows = _read_table(name)
+    edges = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    adj = np.zeros((n, n), dtype=np.int8)
+    adj[edges[:, 0], edges[:, 1]] = adj[edges[:, 1], edges[:, 0]] = 1
+    return adj, edges
+
+
+class SIDS(NamedTuple):
+    """North Carolina SIDS data (see :func:`load_sids`); arrays ``(100,)`` per county.
+
+    names, fipsno: county names and FIPS codes; births74, sids74, nonwhite_births74: live
+    births, SIDS deaths and non-white births 1974-78; births79, sids79,
+    nonwhite_births79: the same for 1979-84 (int64); adjacency: ``(100, 100)`` 0/1
+    county contiguity; edges: ``(231, 2)`` its pairs ``s < t``.
+    """
+    names: np.ndarray
+    fipsno: np.ndarray
+    births74: np.ndarray
+    sids74: np.ndarray
+    nonwhite_births74: np.ndarray
+    births79: np.ndarray
+    sids79: np.ndarray
+    nonwhite_births79: np.ndarray
+    adjacency: np.ndarray
+    edges: np.ndarray
+
+
+def load_sids() -> SIDS:
+    """Load the North Carolina SIDS counts of the 100 counties with their contiguity graph.
+
+    Sudden infant death syndrome deaths and live births per county for 1974-78 and
+    1979-84 (Cressie 1993, *Statistics for Spatial Data*, pp. 386-389; Cressie and Chan
+    1989), from the ``sids2`` example of libpysal; counts unchanged (``PROVENANCE.md``).
+
+    Examples
+    --------
+    >>> d = load_sids()
+    >>> d.sids74.shape, int(d.adjacency.sum()) // 2, d.names[0]
+    ((100,), 231, 'Ashe')
+    """
+    header, rows = _read_table("sids.csv")
+    cols = {h: [r[i] for r in rows] for i, h in enumerate(header)}
+    ints = {k: np.array(cols[k], dtype=np.int64) for k in header if k not in ("name",)}
+    adj, edges = _adjacency("sids_edges.csv", len(rows))
+    return SIDS(np.array(cols["name"]), ints["fipsno"], ints["births74"], ints["sids74"],
+                ints["nonwhite_births74"], ints["births79"], ints["sids79"],
+                ints["nonwhite_births79"], adj, edges)
+
+
+class Columbus(NamedTuple):
+    """Columbus, Ohio neighbourhood data of 1980 (see :func:`load_columbus`); arrays
+    ``(49,)``: polyid; crime (residential burglaries and vehicle thefts per 1,000
+    households); hoval (housing value, $1,000); inc (household income, $1,000); x, y
+    (centroids); adjacency ``(49, 49)`` 0/1 queen contiguity; edges ``(118, 2)``."""
+    polyid: np.ndarray
+    crime: np.ndarray
+    hoval: np.ndarray
+    inc: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    adjacency: np.ndarray
+    edges: np.ndarray
+
+
+def load_columbus() -> Columbus:
+    """Load the Columbus crime data (Anselin 1988, *Spatial Econometrics*, Table 12.1)
+    of 49 neighbourhoods with their queen contiguity graph, from the ``columbus``
+    example of libpysal; values unchanged (``PROVENANCE.md``).
+
+    Examples
+    --------
+    >>> d = load_columbus()
+    >>> d.crime.shape, int(d.adjacency.sum()) // 2
+    ((49,), 118)
+    """
+    header, rows = _read_table("columbus.csv")
+    cols = {h: np.array([r[i] for r in rows], dtype=np.float64) for i, h in enumerate(header)}
+    adj, edges = _adjacency("columbus_edges.csv", len(rows))
+    return Columbus(cols["polyid"].astype(np.int64), cols["crime"], cols["hoval"],
+                    cols["inc"], cols["x"], cols["y"], adj, edges)

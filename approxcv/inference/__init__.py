@@ -1,4 +1,4 @@
 """Weighted marginalisation over latent structure: pure functions on log-potentials."""
-from . import chain
+from . import chain, elimination
 
-__all__ = ["chain"]
+__all__ = ["chain", "elimination"]

@@ -2,7 +2,7 @@
 
 One subpackage per family — :mod:`.hmm` (hidden Markov models and the time-varying
 Poisson event model), :mod:`.erm` (regularised empirical risk minimisation), :mod:`.crf`
-(conditional random fields) — on the one
+(conditional random fields), :mod:`.mrf` (hidden Markov random fields) — on the one
 protocol in :mod:`.base`; every public class is also available here as
 ``approxcv.models.<Name>``.
 """
@@ -10,6 +10,7 @@ from .crf import LinearChainCRF, LinearChainCRFParams
 from .erm import (ERM, ERMData, ElasticNet, ElasticNetOnSupport, ElasticNetParams, Logistic,
                   LogisticParams, PoissonRegression, PoissonRegressionParams, Ridge, RidgeParams,
                   SupportChangeWarning)
+from .mrf import FieldData, HiddenPotts, HiddenPottsGaussianParams, HiddenPottsParams
 from .hmm import (ARHMM, HMM, ARHMMParams, CategoricalHMM, CategoricalHMMParams, GaussianHMM,
                   GaussianHMMParams, NeuralARHMM, NeuralARHMMParams, PoissonHMM,
                   PoissonHMMParams, Sequences, TimeVaryingPoisson, TimeVaryingPoissonParams)
@@ -20,7 +21,8 @@ __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "TimeVaryingPoisson", "TimeVaryingPoissonParams",
            "ERM", "ERMData", "Ridge", "RidgeParams", "Logistic", "LogisticParams",
            "PoissonRegression", "PoissonRegressionParams", "ElasticNet", "ElasticNetOnSupport",
-           "ElasticNetParams", "SupportChangeWarning", "LinearChainCRF", "LinearChainCRFParams"]
+           "ElasticNetParams", "SupportChangeWarning", "LinearChainCRF", "LinearChainCRFParams",
+           "HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData"]
 
 # Modules of the flat layout before the family subpackages (approxcv <= 0.1's
 # ``approxcv.models.poisson_hmm`` etc.) stay importable under their old names, so older

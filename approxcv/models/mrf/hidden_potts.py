@@ -1,0 +1,280 @@
+"""Hidden Potts model: a K-state Markov random field on a graph with per-state emissions
+(structured-CV paper, §5 "Beyond chain-structured graphs" and Appendix L.3).
+
+For sites ``t`` of a graph with edges ``E`` (an adjacency matrix, a hyperparameter)::
+
+    p(z) = exp(beta * sum_{(s,t) in E} 1{z_s = z_t}) / Z(beta)
+    x_t | z_t = k ~ Poisson(e_t lambda_k)          (emission="poisson", exposure e_t)
+    x_t | z_t = k ~ Normal(mu_k, sigma_k^2)       (emission="gaussian")
+
+with the connection strength ``beta`` fixed. Priors: ``lambda_k ~ Gamma(a, b)``;
+``mu_k ~ Normal(0, mean_prior_variance)``, ``sigma_k^2 ~ InvGamma(a, b)``. Parameters
+are only the emissions'; the latent field is marginalised exactly by variable
+elimination (:mod:`approxcv.inference.elimination`, min-fill order, one compiled plan
+per graph).
+
+Weighted objective (one weight per site, ``level="within"``; seed eq. 4-5)::
+
+    F(theta, w) = -log p_scheme(x; theta, w) - log p(theta)
+
+scheme A weights the emissions ``w_t log p(x_t | z_t)`` and keeps every latent; scheme B
+also weights each edge factor by ``w_s w_t``, so a dropped site is marginalised with its
+latent; the latent field's normaliser ``Z(beta, w)`` depends on the weights under B and is
+included. Held-out losses, in the full model: ``-log p(x_o | x_kept)`` per fold and
+``-log p(x_t | x_kept)`` per left-out site. Fitting: EM with the analytic M-step (the
+seed's), then Newton steps on ``F`` (:mod:`approxcv.models.mrf.fit`); or BFGS + Newton.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln
+
+from ..._validate import (as_real_array, check_adjacency, check_choice, check_finite,
+                          check_positive, check_positive_int)
+from ...errors import InvalidArgumentError, InvalidDataError
+from ...inference import elimination
+from .. import constraints as C
+from .._transforms import gamma_log_prior, inverse_gamma_log_prior, normal_log_prior
+from ..base import Model, check_weights
+
+__all__ = ["HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData"]
+
+EMISSIONS = ("poisson", "gaussian")
+
+
+class HiddenPottsParams(NamedTuple):
+    """Poisson emissions: ``rates (K,)`` (per unit of exposure)."""
+    rates: np.ndarray
+
+
+class HiddenPottsGaussianParams(NamedTuple):
+    """Gaussian emissions: ``means (K,)``, ``variances (K,)``."""
+    means: np.ndarray
+    variances: np.ndarray
+
+
+class FieldData(NamedTuple):
+    """Prepared data: observations ``x (n,)`` and exposures ``exposure (n,)`` (ones for
+    Gaussian emissions or when none are given)."""
+    x: jnp.ndarray
+    exposure: jnp.ndarray
+
+
+class HiddenPotts(Model):
+    """Hidden Potts model on a graph (module docstring).
+
+    Args:
+        adjacency: ``(n, n)`` symmetric 0/1 matrix without self-loops; every site needs a
+            neighbour.
+        n_states: number of latent states ``K``.
+        beta: connection strength (a hyperparameter; 0: an independent mixture).
+        emission: ``"poisson"`` (counts) or ``"gaussian"``.
+        rate_shape, rate_rate: Gamma prior on each Poisson rate.
+        variance_shape, variance_scale, mean_prior_variance: Gaussian priors.
+        n_init, seed: starts of the fit; fit_em: EM + Newton (default) or BFGS + Newton.
+        max_steps: iterations of either optimiser.
+        max_bytes: memory allowed for the largest elimination factor.
+
+    Data: ``x (n,)``, or a tuple ``(x, exposure)`` of two ``(n,)`` arrays with positive
+    exposures (Poisson: expected counts ``e_t lambda_k``, e.g. births for death counts).
+
+    Raises:
+        InvalidGraphError: a bad adjacency (not symmetric, self-loops, a disconnected site).
+        GraphTooWideError: exact elimination would need more than ``max_bytes``.
+
+    Example:
+        >>> import approxcv as acv
+        >>> d = acv.datasets.load_sids()
+        >>> model = acv.models.HiddenPotts(d.adjacency, 2, beta=0.5)
+        >>> params = model.fit((d.sids74, d.births74 / 1000))
+    """
+
+    #: exact-CV refits by damped Newton: the emission parameters are few (``K`` or ``2K``)
+    refit_solver = "newton"
+
+    def __init__(self, adjacency, n_states: int, beta: float, emission: str = "poisson", *,
+                 rate_shape: float = 1.1, rate_rate: float = 1e-3, variance_shape: float = 1.1,
+                 variance_scale: float = 1e-2, mean_prior_variance: float = 1e6,
+                 n_init: int = 4, seed: int = 0, fit_em: bool = True, max_steps: int = 500,
+                 max_bytes: float = elimination.DEFAULT_MAX_BYTES):
+        adj = check_adjacency("adjacency", adjacency)
+        self.n_sites = int(adj.shape[0])
+        s, t = np.nonzero(np.triu(adj))
+        self.edges = tuple((int(a), int(b)) for a, b in zip(s, t))
+        self.n_states = check_positive_int("n_states", n_states, 1)
+        self.beta = float(beta)
+        if not np.isfinite(self.beta):
+            raise InvalidArgumentError(f"`beta` must be a finite number, got {beta!r}")
+        self.emission = check_choice("emission", emission, EMISSIONS)
+        self.rate_shape = check_positive("rate_shape", rate_shape)
+        self.rate_rate = check_positive("rate_rate", rate_rate)
+        self.variance_shape = check_positive("variance_shape", variance_shape)
+        self.variance_scale = check_positive("variance_scale", variance_scale)
+        self.mean_prior_variance = check_positive("mean_prior_variance", mean_prior_variance)
+        self.n_init = check_positive_int("n_init", n_init)
+        self.seed = int(seed)
+        self.fit_em = bool(fit_em)
+        self.max_steps = check_positive_int("max_steps", max_steps)
+        self.max_bytes = check_positive("max_bytes", max_bytes)
+        self.plan_ = elimination.build_plan(self.n_sites, self.edges)
+        elimination.check_memory(self.plan_, self.n_states, self.max_bytes)
+        self.fit_result_: dict | None = None
+
+    @property
+    def adjacency(self) -> np.ndarray:
+        """The ``(n, n)`` 0/1 adjacency matrix."""
+        adj = np.zeros((self.n_sites, self.n_sites), dtype=np.int8)
+        for s, t in self.edges:
+            adj[s, t] = adj[t, s] = 1
+        return adj
+
+    @property
+    def induced_width(self) -> int:
+        """Induced width of the min-fill elimination order of the graph."""
+        return self.plan_.width
+
+    @property
+    def params_type(self):
+        return HiddenPottsParams if self.emission == "poisson" else HiddenPottsGaussianParams
+
+    # ----------------------------------------------------------------- data
+    def prepare(self, data, level: str | None = None):
+        """Validate ``data`` and return ``(FieldData, "within", n_sites)``.
+
+        Raises:
+            InvalidArgumentError: a level other than ``"within"``.
+            InvalidDataError: another length than the graph; NaN/inf; Poisson counts that are
+                negative or not integers; exposures that are not positive.
+        """
+        if level not in (None, "within"):
+            raise InvalidArgumentError(f"`level` must be 'within' for {type(self).__name__} "
+                                       f"(one field, the units are its sites), got {level!r}")
+        if isinstance(data, FieldData):
+            return data, "within", self.n_sites
+        pair = (isinstance(data, tuple) and len(data) == 2
+                and all(np.ndim(d) == 1 for d in data))
+        x, exposure = data if pair else (data, None)
+        x = check_finite("data", as_real_array("data", x)).astype(np.float64)
+        if x.shape != (self.n_sites,):
+            raise InvalidDataError(f"`data` must have shape ({self.n_sites},) (one value per "
+                                   f"site of the graph), got {x.shape}")
+        if self.emission == "poisson":
+            if np.any(x < 0):
+                raise InvalidDataError(f"`data` must hold non-negative counts for Poisson "
+                                       f"emissions, min is {x.min()}")
+            if np.any(x != np.round(x)):
+                raise InvalidDataError("`data` must hold integer counts for Poisson emissions")
+        if exposure is None:
+            exposure = np.ones(self.n_sites)
+        else:
+            exposure = check_finite("exposure", as_real_array("exposure", exposure))
+            if exposure.shape != (self.n_sites,) or np.any(exposure <= 0):
+                raise InvalidDataError(f"`exposure` must be ({self.n_sites},) positive values")
+        return (FieldData(jnp.asarray(x), jnp.asarray(exposure, dtype=jnp.float64)),
+                "within", self.n_sites)
+
+    def objective_scale(self, data) -> float:
+        """Number of sites (normalises optimiser tolerances)."""
+        return float(self.n_sites)
+
+    # ----------------------------------------------------------- parameters
+    def param_constraints(self):
+        if self.emission == "poisson":
+            return HiddenPottsParams(C.Positive())
+        return HiddenPottsGaussianParams(C.Real(), C.Positive())
+
+    def log_prior(self, params):
+        """Gamma prior on rates, or Normal on means and Inverse-Gamma on variances."""
+        if self.emission == "poisson":
+            return gamma_log_prior(jnp.log(params.rates), self.rate_shape, self.rate_rate)
+        return (normal_log_prior(params.means, 0.0, self.mean_prior_variance)
+                + inverse_gamma_log_prior(jnp.log(params.variances), self.variance_shape,
+                                          self.variance_scale))
+
+    def emission_log_lik(self, params, data: FieldData):
+        """``l_t(k) = log p(x_t | z_t = k)``, shape ``(n, K)``: ``x log(e lambda_k) - e
+        lambda_k - log x!`` or ``-log(2 pi sigma_k^2) / 2 - (x - mu_k)^2 / (2 sigma_k^2)``."""
+        x = data.x[:, None]
+        if self.emission == "poisson":
+            mean = data.exposure[:, None] * params.rates[None]
+            return x * jnp.log(mean) - mean - gammaln(x + 1.0)
+        var = params.variances[None]
+        return -0.5 * jnp.log(2 * jnp.pi * var) - 0.5 * (x - params.means[None]) ** 2 / var
+
+    def field_potentials(self):
+        """``(unary (n, K) zeros, pairwise (K, K) = beta * I)`` of the latent Potts field."""
+        k = self.n_states
+        return jnp.zeros((self.n_sites, k)), self.beta * jnp.eye(k)
+
+    def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
+        """``n`` starts: emissions at (jittered, after the first) quantiles of the data."""
+        data, _, _ = self.prepare(data, level)
+        rng = np.random.default_rng(seed)
+        x = np.asarray(data.x) / np.asarray(data.exposure)
+        k = self.n_states
+        out = []
+        for i in range(n):
+            qs = (np.arange(k) + 0.5) / k
+            if i > 0:
+                qs = np.sort(np.clip(qs + rng.uniform(-0.5, 0.5, k) / k, 0.01, 0.99))
+            loc = np.quantile(x, qs) * (1.0 + 1e-3 * np.arange(k))
+            if self.emission == "poisson":
+                out.append(HiddenPottsParams(np.maximum(loc, 1e-3 * max(x.mean(), 1e-3))))
+            else:
+                out.append(HiddenPottsGaussianParams(loc + 1e-3 * np.arange(k),
+                                                     np.full(k, max(x.var() / k, 1e-6))))
+        return out
+
+    # ------------------------------------------------------ objective & loss
+    def objective(self, params, data, weights, scheme: str = "A", level: str | None = None):
+        """``F(theta, w) = -log p_scheme(x; theta, w) - log p(theta)`` (module docstring;
+        :func:`approxcv.inference.elimination.weighted_log_marginal`)."""
+        data, _, n = self.prepare(data, level)
+        weights = check_weights(weights, n, "site")
+        unary, pair = self.field_potentials()
+        ll = elimination.weighted_log_marginal(self.plan_, unary, pair,
+                                               self.emission_log_lik(params, data), weights,
+                                               scheme)
+        return -ll - self.log_prior(params)
+
+    def heldout_loss(self, params, data, weights, level: str | None = None):
+        """``(-log p(x_o | x_kept), -log p(x_t | x_kept) per site (n,))`` for the sites with
+        weight 0, in the full model (0 at kept sites)."""
+        data, _, n = self.prepare(data, level)
+        weights = check_weights(weights, n, "site")
+        unary, pair = self.field_potentials()
+        return elimination.heldout_losses(self.plan_, unary, pair,
+                                          self.emission_log_lik(params, data), weights)
+
+    def log_marginal_likelihood(self, params, data):
+        """``log p(x; theta)`` (all weights 1): exact, by variable elimination."""
+        data, _, n = self.prepare(data)
+        return -self.objective(params, data, jnp.ones(n)) - self.log_prior(params)
+
+    def posterior_marginals(self, params, data):
+        """``(n, K)`` posterior site marginals ``p(z_t = k | x)``."""
+        data, _, _ = self.prepare(data)
+        unary, pair = self.field_potentials()
+        return elimination.site_marginals(
+            self.plan_, unary + self.emission_log_lik(params, data),
+            jnp.broadcast_to(pair, (len(self.edges),) + pair.shape)).marginals
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, data, level: str | None = None):
+        """MAP fit from ``n_init`` starts: EM with the analytic M-step then Newton steps
+        (``fit_em``), or BFGS + Newton (:func:`approxcv.models.mrf.fit.fit_potts`); the
+        run is recorded in ``fit_result_``.
+
+        Raises:
+            FitError: no start reached a finite objective.
+        """
+        from .fit import fit_potts
+        data, level, _ = self.prepare(data, level)
+        return fit_potts(self, data)
+
+    def __repr__(self) -> str:
+        return (f"HiddenPotts(n_sites={self.n_sites}, n_edges={len(self.edges)}, "
+                f"n_states={self.n_states}, beta={self.beta}, emission={self.emission!r})")

@@ -1,0 +1,130 @@
+"""HiddenPotts: objective against enumeration, EM and BFGS fits agree, IJ/NS against exact
+leave-one-site-out and neighbourhood CV, bad input raises named errors."""
+import itertools
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy.special import gammaln, logsumexp
+
+import approxcv as acv
+from approxcv.errors import (GraphTooWideError, InvalidArgumentError, InvalidDataError,
+                             InvalidGraphError)
+
+#: 9 sites: a 3 x 3 grid plus one diagonal (cycles of length 3 and 4)
+N = 9
+
+
+def _grid():
+    adj = np.zeros((N, N), dtype=int)
+    for s in range(N):
+        r, c = divmod(s, 3)
+        for t in ([s + 1] if c < 2 else []) + ([s + 3] if r < 2 else []):
+            adj[s, t] = adj[t, s] = 1
+    adj[0, 4] = adj[4, 0] = 1
+    return adj
+
+
+def _counts(seed=0):
+    rng = np.random.default_rng(seed)
+    z = np.array([0, 0, 1, 0, 1, 1, 0, 1, 1])
+    return rng.poisson(np.array([2.0, 9.0])[z]).astype(float)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    model = acv.models.HiddenPotts(_grid(), 2, beta=0.6, n_init=2)
+    x = _counts()
+    return model, x, model.fit(x)
+
+
+@pytest.mark.parametrize("scheme", ["A", "B"])
+def test_objective_matches_enumeration(scheme):
+    model = acv.models.HiddenPotts(_grid(), 2, beta=0.6)
+    x, rates = _counts(), np.array([1.5, 8.0])
+    w = np.array([1, 0, 1, 0.5, 1, 1, 0, 1, 1.0])
+    z = np.array(list(itertools.product(range(2), repeat=N)))
+    edges = [(s, t) for s in range(N) for t in range(s + 1, N) if _grid()[s, t]]
+    ew = np.array([w[s] * w[t] if scheme == "B" else 1.0 for s, t in edges])
+    prior = 0.6 * sum(ew[e] * (z[:, s] == z[:, t]) for e, (s, t) in enumerate(edges))
+    loglik = x[:, None] * np.log(rates) - rates - gammaln(x + 1)[:, None]
+    emit = (w[:, None] * loglik)[np.arange(N), z].sum(1)
+    log_prior = np.sum((1.1 - 1) * np.log(rates) - 1e-3 * rates)
+    want = -(logsumexp(prior + emit) - logsumexp(prior)) - log_prior
+    got = model.objective(acv.models.HiddenPottsParams(rates), x, jnp.asarray(w), scheme)
+    np.testing.assert_allclose(float(got), want, rtol=1e-11)
+
+
+def test_em_and_gradient_fits_reach_the_same_optimum(fitted):
+    model, x, params = fitted
+    assert model.fit_result_["method"] == "em"
+    bfgs = acv.models.HiddenPotts(_grid(), 2, beta=0.6, n_init=2, fit_em=False)
+    other = bfgs.fit(x)
+    assert bfgs.fit_result_["method"] == "bfgs"
+    np.testing.assert_allclose(np.sort(other.rates), np.sort(params.rates), rtol=1e-6)
+    assert params.rates.min() < 4.0 < params.rates.max()
+
+
+def test_gaussian_em_m_step_converges():
+    """EM rejects any M-step that raises F: converging from every start (then Newton to the
+    gradient tolerance) checks the Gaussian closed-form M-step."""
+    rng = np.random.default_rng(1)
+    x = np.where(_counts() > 5, 3.0, -1.0) + 0.5 * rng.normal(size=N)
+    model = acv.models.HiddenPotts(_grid(), 2, 0.6, "gaussian", n_init=2)
+    params = model.fit(x)
+    assert model.fit_result_["method"] == "em" and model.fit_result_["em_converged"].all()
+    assert model.fit_result_["final_grad_norm"] < 1e-6
+    np.testing.assert_allclose(np.sort(params.means), [-1.0, 3.0], atol=0.6)
+
+
+def test_ij_tracks_exact_leave_one_site_out_and_blocks(fitted):
+    """Scheme B (scheme A, and NS, run in the all-models table test, tests/test_protocol.py):
+    three single sites, then three spatial blocks (a site with its neighbours)."""
+    model, x, params = fitted
+    blocks = acv.folds.neighbourhood(model.adjacency, radius=1, centres=[2, 6, 8])
+    np.testing.assert_array_equal(blocks[0], [1, 2, 5])
+    folds = acv.folds.Folds([[1], [4], [8]] + list(blocks), N)
+    kw = dict(params=params, scheme="B", progress=False, warn=False)
+    ij, exact = (acv.cross_validate(model, x, folds, m, **kw) for m in ("ij", "exact"))
+    assert exact.diagnostics["exact_converged"].all()
+    rel = np.abs(ij.fold_loss - exact.fold_loss) / exact.fold_loss
+    assert np.all(rel[:3] < 0.05) and np.all(rel[3:] < 0.1), rel
+    # the fold loss of one site is its point loss; a block's is not the sum of its points
+    np.testing.assert_allclose(exact.fold_loss[:3], [p[0] for p in exact.point_loss[:3]],
+                               rtol=1e-10)
+    assert not np.allclose(exact.fold_loss[3:], [p.sum() for p in exact.point_loss[3:]])
+
+
+def test_bad_input_raises_named_errors():
+    adj = _grid()
+    lopsided = adj.copy()
+    lopsided[0, 8] = 1
+    with pytest.raises(InvalidGraphError, match="not symmetric"):
+        acv.models.HiddenPotts(lopsided, 2, 0.5)
+    looped = adj.copy()
+    looped[3, 3] = 1
+    with pytest.raises(InvalidGraphError, match="self-loops"):
+        acv.models.HiddenPotts(looped, 2, 0.5)
+    alone = adj.copy()
+    alone[8, :] = alone[:, 8] = 0
+    with pytest.raises(InvalidGraphError, match="disconnected site"):
+        acv.models.HiddenPotts(alone, 2, 0.5)
+    complete = 1 - np.eye(14, dtype=int)
+    with pytest.raises(GraphTooWideError, match="induced width 13 with 3 states"):
+        acv.models.HiddenPotts(complete, 3, 0.5, max_bytes=2 ** 24)
+    model = acv.models.HiddenPotts(adj, 2, 0.5)
+    x = _counts()
+    with pytest.raises(InvalidDataError, match="non-negative"):
+        model.prepare(np.where(x > 5, -1.0, x))
+    with pytest.raises(InvalidDataError, match="integer"):
+        model.prepare(x + 0.5)
+    with pytest.raises(InvalidDataError, match=r"shape \(9,\)"):
+        model.prepare(x[:5])
+    with pytest.raises(InvalidArgumentError, match="within"):
+        model.prepare(x, "structure")
+    assert model == acv.models.HiddenPotts(adj, 2, 0.5) and hash(model) == hash(
+        acv.models.HiddenPotts(adj, 2, 0.5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert model != acv.models.HiddenPotts(adj, 2, 0.7)
