@@ -217,6 +217,7 @@ def lscv(model, prepared, n, checkpoints, n_folds, n_exact, seed, n_check=3,
         if verbose:
             print(f"epoch {epoch}: grad norm {rows[-1]['grad_norm']:.3g}, IJ "
                   f"{len(folds)} folds {ij.seconds:.1f}s", flush=True)
+    write_json(NAME + "_lscv_ij_partial", False, {"n_sentences": n, "checkpoints": rows})
     # exact CV does not depend on the checkpoint (each fold's objective is convex and the
     # refit converges to its optimum); refits warm-started at the last checkpoint
     last = checkpoints[-1][1]

@@ -15,7 +15,7 @@ from functools import partial
 import jax
 import numpy as np
 
-from ..optim.hessian import data_entries, hessian_by_hvp, tangent_chunk  # noqa: F401
+from ..optim.hessian import SWEEP_BUDGET, data_entries, hessian_by_hvp, tangent_chunk  # noqa: F401
 
 
 def gradient(fun, u, w, data=None):
@@ -81,22 +81,10 @@ def full_derivatives(problem, options, with_jacobian: bool):
     return grad, hess, jac if with_jacobian else None
 
 
-#: data entries times tangents that one forward-over-reverse sweep may hold at once
-#: (each tangent carries several arrays the size of the data; 2^25 entries ~ a few GB)
-SWEEP_BUDGET = 2 ** 25
-
-
 @partial(jax.jit, static_argnums=(0, 4, 5))
 def chunked_derivatives(fun, u, w, data, with_jacobian: bool, chunk: int):
     """``(g (D,), H (D, D), J (D, n) or None)`` at ``(u, w)`` from ``D`` JVPs of the
-    gradient in ``(u, w)``, ``chunk`` tangents at a time (``lax.map``): the same values as
-    one sweep (:func:`gradient_hessian_jacobian`) in the memory of ``chunk`` tangents."""
-    if with_jacobian:
-        grads = lambda x: jax.grad(fun, argnums=(0, 1))(x, w, data)   # noqa: E731
-    else:
-        grads = lambda x: jax.grad(fun)(x, w, data)                   # noqa: E731
-    g, lin = jax.linearize(grads, u)
-    cols = jax.lax.map(lin, jax.numpy.eye(u.shape[0], dtype=u.dtype), batch_size=chunk)
-    if with_jacobian:
-        return g[0], cols[0], cols[1]
-    return g, cols, None
+    gradient in ``(u, w)``, ``chunk`` tangents at a time: the same values as one sweep
+    (:func:`gradient_hessian_jacobian`) in the memory of ``chunk`` tangents."""
+    from ..optim.newton import _chunked_value_and_derivatives
+    return _chunked_value_and_derivatives(fun, u, w, data, with_jacobian, chunk)[1:]

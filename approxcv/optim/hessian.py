@@ -12,6 +12,11 @@ def data_entries(tree) -> int:
     return sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(tree))
 
 
+#: data entries times tangents that one forward-over-reverse sweep may hold at once
+#: (each tangent carries several arrays the size of the data; 2^25 entries ~ a few GB)
+SWEEP_BUDGET = 2 ** 25
+
+
 def tangent_chunk(tree, max_chunk: int = 128, budget: int = 2 ** 21) -> int:
     """Tangents per vectorised batch for data ``tree``: about ``budget`` data entries times
     tangents at once (each tangent of a forward pass holds several arrays the size of the
