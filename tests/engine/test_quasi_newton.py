@@ -117,3 +117,22 @@ def test_rows_in_sequence_give_the_vmapped_result():
     # None arguments pass through; rows are mapped over the others
     f = over_rows(lambda a, b: a.sum() if b is None else a.sum() + b, "map")
     np.testing.assert_allclose(np.asarray(f(jnp.ones((4, 3)), None)), 3.0)
+
+
+def test_newton_polish_sizes_its_hvp_chunks_by_the_closed_over_data(monkeypatch):
+    """The data a refit's objective closes over sets how many Hessian-vector products the
+    polish takes at once (sized by the weights alone, a CRF refit on 14,041 sentences took
+    128 tangents at once and asked for 30 GB)."""
+    from approxcv.optim import quasi_newton
+    seen = []
+    real = quasi_newton.hessian_by_hvp
+    monkeypatch.setattr(quasi_newton, "hessian_by_hvp",
+                        lambda *a, chunk=None: seen.append(chunk) or real(*a, chunk=chunk))
+
+    def fun(u, w, data):
+        return 0.5 * jnp.sum(w) * jnp.sum((u - jnp.mean(data)) ** 2)
+
+    solve = quasi_newton.batched_minimize(fun, 1.0, 50, 1)
+    res = solve(jnp.ones((1, 3)), jnp.ones((1, 4)), jnp.zeros(2 ** 20))
+    assert seen == [1] and bool(res.converged[0])
+    np.testing.assert_allclose(np.asarray(res.u), 0.0, atol=1e-8)
