@@ -19,8 +19,8 @@
    count against ``max_exact``; ``diagnostics["other_optimum_folds"]`` lists them.
 
 ``diagnostics["fold_method"]`` records which method produced each fold (``"ij"``,
-``"chord"``, ``"ns"``, ``"exact"``); ``diagnostics["error_estimate"]`` is that method's estimate (0 for a reliable
-exact refit, NaN for an unreliable one). Folds that still need a refit when the budget is
+``"chord"``, ``"ns"``, ``"exact"``); ``diagnostics["error_estimate"]`` is that method's
+estimate (0 for a reliable exact refit, NaN for an unreliable one). Folds that still need a refit when the budget is
 spent keep their NS numbers and are unreliable (cause ``"over_budget"``); every other cause
 is the one of the method that produced the fold.
 """
