@@ -60,7 +60,7 @@ def full_derivatives(problem, options, with_jacobian: bool):
     batch; also whenever an executor is given), and within one structure the sweep runs in
     chunks of tangents (:func:`chunked_derivatives`; e.g. a CRF's length-bucketed sentences).
     """
-    from ..optim.newton import POLISH_JACOBIAN_MAX, value_and_derivatives
+    from ..optim.newton import polish_jacobian, value_and_derivatives
     from .accumulate import has_unit_axis, structure_derivatives
     dim = int(np.shape(problem.u_full)[0])
     chunk = tangent_chunk(problem.data, max_chunk=dim, budget=SWEEP_BUDGET)
@@ -75,16 +75,16 @@ def full_derivatives(problem, options, with_jacobian: bool):
                                   jax.numpy.ones(problem.n_units), problem.data,
                                   with_jacobian, chunk)
         return jax.block_until_ready(out)
-    jacobian = with_jacobian or dim * problem.n_units <= POLISH_JACOBIAN_MAX
+    jacobian = with_jacobian or polish_jacobian(dim, problem.n_units)
     _, grad, hess, jac = jax.block_until_ready(value_and_derivatives(
         problem.fun, problem.u_full, np.ones(problem.n_units), problem.data, jacobian))
     return grad, hess, jac if with_jacobian else None
 
 
-@partial(jax.jit, static_argnums=(0, 4, 5))
 def chunked_derivatives(fun, u, w, data, with_jacobian: bool, chunk: int):
     """``(g (D,), H (D, D), J (D, n) or None)`` at ``(u, w)`` from ``D`` JVPs of the
     gradient in ``(u, w)``, ``chunk`` tangents at a time: the same values as one sweep
-    (:func:`gradient_hessian_jacobian`) in the memory of ``chunk`` tangents."""
-    from ..optim.newton import _chunked_value_and_derivatives
-    return _chunked_value_and_derivatives(fun, u, w, data, with_jacobian, chunk)[1:]
+    (:func:`gradient_hessian_jacobian`) in the memory of ``chunk`` tangents
+    (:func:`~approxcv.optim.newton.chunked_value_and_derivatives` without ``F``)."""
+    from ..optim.newton import chunked_value_and_derivatives
+    return chunked_value_and_derivatives(fun, u, w, data, with_jacobian, chunk)[1:]

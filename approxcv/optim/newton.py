@@ -25,6 +25,13 @@ from .quasi_newton import GTOL, MinimizeResult, compiler_options, over_rows
 POLISH_JACOBIAN_MAX = 2 ** 22
 
 
+def polish_jacobian(dim: int, n: int) -> bool:
+    """Whether the polish's sweep carries ``J`` (``D x n <= POLISH_JACOBIAN_MAX``): callers
+    that can use that program (the IJ; anything at the fit when ``J`` is cheap) ask for the
+    same, so it compiles once."""
+    return dim * n <= POLISH_JACOBIAN_MAX
+
+
 def _value_and_derivatives(fun, u, w, data, with_jacobian: bool):
     """``(F, g, H, J or None)`` of ``fun(u, w, data)`` from one forward-over-reverse sweep."""
     def grads(x):
@@ -76,8 +83,8 @@ def value_and_derivatives(fun, u, w, data, with_jacobian: bool = True):
     objective, shape and ``with_jacobian``, shared by every caller (fit polish, IJ, NS).
     Where ``D`` tangents of the data would exceed :data:`~approxcv.optim.hessian.SWEEP_BUDGET`
     entries, the sweep runs in chunks of tangents instead
-    (:func:`chunked_value_and_derivatives`: a Newton-polished CRF refit on all 14,041
-    CoNLL-2003 sentences asked for 30 GB in one sweep).
+    (:func:`chunked_value_and_derivatives`; e.g. the polish of a CRF fit on all 14,041
+    CoNLL-2003 sentences, whose 189 tangents of one sweep would not fit in memory).
     """
     dim = int(np.shape(u)[0])
     chunk = tangent_chunk(data, max_chunk=dim, budget=SWEEP_BUDGET)
@@ -103,7 +110,7 @@ def newton_polish(fun, u, w, data, num_steps: int = 2, *, stop_gtol: float = 0.0
         ``(u (D,), F(u), ||g(u)||)`` as NumPy values.
     """
     u = np.asarray(u, dtype=np.float64)
-    with_jacobian = u.size * np.size(w) <= POLISH_JACOBIAN_MAX
+    with_jacobian = polish_jacobian(u.size, np.size(w))
     value, grad, hess, _ = value_and_derivatives(fun, u, w, data, with_jacobian)
     value, grad, hess = float(value), np.asarray(grad), np.asarray(hess)
     for _ in range(num_steps if np.isfinite(value) else 0):
