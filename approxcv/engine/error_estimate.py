@@ -118,23 +118,25 @@ def ij_chord_steps_cg(fun, u_1, params, index, data, n: int, rtol, max_steps: in
 
 
 def full_hessian_chord_steps(problem, params, index, options, chol=None):
-    """Chord corrections ``(n_folds, D)`` of the fold points ``params`` with ``M = H`` at
-    ``(u_1, 1)``: :func:`ij_chord_steps` with the Cholesky factor ``chol`` the IJ already
-    holds, else (matrix-free) :func:`ij_chord_steps_cg` (rows CG could not solve: NaN).
-    Applied to the IJ's points this is the IJ's own estimate; applied to a refined point
-    ``u*`` it is the next round of the same iteration (``method="auto"``'s chord stage)."""
+    """``(correction (n_folds, D), rho (n_folds,))`` of the fold points ``params`` with
+    ``M = H`` at ``(u_1, 1)``: :func:`ij_chord_steps` with the Cholesky factor ``chol`` the
+    IJ holds, else (matrix-free) :func:`ij_chord_steps_cg` (a row CG could not solve is NaN:
+    its estimate unknown, not the fold). Applied to the IJ's points this is the IJ's own
+    estimate; applied to a refined point ``u*`` it is the next round of the same iteration
+    (``method="auto"``'s chord stage)."""
     index = jnp.asarray(index)
     if chol is not None:
         batch = options.batch_size or fold_batch_size(problem, len(index))
-        step, _ = ij_chord_steps(problem.fun, chol, jnp.asarray(params), index, problem.data,
-                                 problem.n_units, batch)
-        return np.asarray(step)
+        step, rate = ij_chord_steps(problem.fun, chol, jnp.asarray(params), index,
+                                    problem.data, problem.n_units, batch)
+        return np.asarray(step), np.asarray(rate)
     hvp_batch = int(max(1, 2_000_000 // max(problem.n_units, 1)))
-    step, _, solved = ij_chord_steps_cg(
+    step, rate, solved = ij_chord_steps_cg(
         problem.fun, problem.u_full, jnp.asarray(params), index, problem.data,
         problem.n_units, options.cg_rtol, options.cg_max_steps,
         min(options.batch_size or 64, hvp_batch), hvp_batch)
-    return np.where(np.asarray(solved)[:, None], np.asarray(step), np.nan)
+    return (np.where(np.asarray(solved)[:, None], np.asarray(step), np.nan),
+            np.asarray(rate))
 
 
 def refined_params(params, correction):

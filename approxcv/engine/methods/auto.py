@@ -123,7 +123,8 @@ def chord_rounds(problem, folds, rows, params, correction, previous, chol, optio
         sub = bucketed(folds, live)
         pad = len(sub) - live.size
         u_pad = np.concatenate([u, np.repeat(u[:1], pad, axis=0)])
-        corr = full_hessian_chord_steps(problem, u_pad, sub.padded(), options, chol)[:live.size]
+        corr = full_hessian_chord_steps(problem, u_pad, sub.padded(), options,
+                                        chol)[0][:live.size]
         loss, points = (np.asarray(a)[:live.size] for a in heldout_losses(
             problem, u_pad, sub.padded(), options.batch_size))
         est, _ = estimate_errors(problem, u, loss, index[live], corr, options.batch_size)

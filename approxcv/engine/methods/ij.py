@@ -29,11 +29,11 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...optim.pd import factor_hessian, solve
-from ..batching import fold_batch_size, map_batches
+from ..batching import map_batches
 from ..derivatives import full_derivatives
 from ..aloo import glm_jacobian
 from ..diagnostics import cg_diagnostics, fit_diagnostics
-from ..error_estimate import ij_chord_steps, ij_chord_steps_cg
+from ..error_estimate import full_hessian_chord_steps
 from ..fold_checks import with_fold_check
 from ..matrix_free import ij_params_cg
 from . import register_method
@@ -81,9 +81,7 @@ def ij(problem, folds, options):
         diagnostics["fold_gradient_norm"] = np.asarray(fold_grad)
         diagnostics["unreliable"] = {"hessian_not_pd": np.full(len(folds), not factor.reliable)}
         t_est = time.perf_counter()
-        step, rate = jax.block_until_ready(ij_chord_steps(
-            problem.fun, factor.chol, params, index, problem.data, problem.n_units,
-            options.batch_size or fold_batch_size(problem, len(folds))))
+        step, rate = full_hessian_chord_steps(problem, params, index, options, factor.chol)
         diagnostics["chord_correction"], diagnostics["chord_rate"] = step, rate
         diagnostics["chord_factor"] = factor.chol   # for auto's chord stage; not reported
         diagnostics["stage_seconds"] = {"derivatives": t_solve - t, "solve": t_est - t_solve,
@@ -103,13 +101,8 @@ def ij(problem, folds, options):
                                  options.cg_max_steps, warn=options.warn)
     diagnostics["cg_newton_rtol"] = newton_rtol
     t_est = time.perf_counter()
-    step, rate, solved = jax.block_until_ready(ij_chord_steps_cg(
-        problem.fun, problem.u_full, params, index, problem.data, problem.n_units,
-        options.cg_rtol, options.cg_max_steps, min(options.batch_size or 64, hvp_batch),
-        hvp_batch))
-    # a chord step CG could not solve leaves the estimate unknown (inf), not the fold
-    diagnostics["chord_correction"] = np.where(np.asarray(solved)[:, None], step, np.nan)
-    diagnostics["chord_rate"] = rate
+    step, rate = full_hessian_chord_steps(problem, params, index, options)
+    diagnostics["chord_correction"], diagnostics["chord_rate"] = step, rate
     diagnostics["unreliable"] = {"cg_unconverged": ~np.asarray(cg.converged)[:-1]}
     diagnostics["stage_seconds"] = {"derivatives": t_est - t, "solve": 0.0,
                                     "error_estimate": time.perf_counter() - t_est}
