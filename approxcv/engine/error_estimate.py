@@ -160,15 +160,18 @@ def estimate_errors(problem, params, fold_loss, index, correction,
             iteration does not contract).
 
     Returns:
-        ``(estimate (n_folds,), refined_fold_loss (n_folds,))``; ``inf`` where the chord
-        iteration does not contract or anything is not finite.
+        ``(estimate (n_folds,), refined_fold_loss (n_folds,), refined_points (n_folds,
+        m))``: the estimate is ``inf`` where the chord iteration does not contract or
+        anything is not finite; the held-out losses at ``u*`` (at ``u_m`` where the
+        correction is NaN) are what ``method="auto"``'s next chord round starts from.
     """
     refined, ok = refined_params(params, correction)
     batch = batch_size or fold_batch_size(problem, len(index))
-    loss_star, _ = heldout_losses(problem, refined, index, batch)
+    loss_star, points_star = (np.asarray(a) for a in heldout_losses(problem, refined, index,
+                                                                     batch))
     fold_loss = np.asarray(fold_loss, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         est = np.abs(loss_star - fold_loss) / np.abs(loss_star)
     est = np.where(np.isnan(est) & (loss_star == fold_loss), 0.0, est)   # 0/0: no change
     est = np.where(ok & np.isfinite(est), est, np.inf)
-    return est, loss_star
+    return est, loss_star, points_star

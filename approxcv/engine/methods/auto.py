@@ -89,8 +89,8 @@ def run_with_estimate(name, problem, folds, options, keep: int | None = None):
     correction = diag.pop("chord_correction", None)
     if correction is not None:
         correction = np.asarray(correction)[:keep]
-        est, _ = estimate_errors(problem, params[:keep], fold_loss[:keep], index[:keep],
-                                 correction, options.batch_size)
+        est = estimate_errors(problem, params[:keep], fold_loss[:keep], index[:keep],
+                              correction, options.batch_size)[0]
     else:
         est = np.full(keep, np.nan)
     causes = unreliable_causes(diag.pop("unreliable", None), len(folds))
@@ -109,33 +109,39 @@ def chord_rounds(problem, folds, rows, params, correction, previous, chol, optio
     contracting.
 
     Returns ``(vouched_rows, params, fold_loss, points, estimate)`` of the vouched folds.
+    Each round costs the chord steps and one held-out evaluation (at the next extrapolated
+    point, which the estimate needs and the next round starts from), on the fold subset
+    padded to :func:`bucketed` shapes; the first round also evaluates its starting point.
     """
     index = folds.padded()
     out_rows, out = [], []
     live = np.asarray(rows)
-    u, corr = np.asarray(params)[live], np.asarray(correction)[live]
+    u, ok = refined_params(np.asarray(params)[live], np.asarray(correction)[live])
+    live, u = live[ok], u[ok]
     prev = np.asarray(previous, np.float64)[live]
+    loss = points = None                      # held-out losses at u, once evaluated
     for _ in range(CHORD_ROUNDS):
-        u, ok = refined_params(u, corr)
-        live, u, prev = live[ok], u[ok], prev[ok]
         if not live.size:
             break
         sub = bucketed(folds, live)
-        pad = len(sub) - live.size
-        u_pad = np.concatenate([u, np.repeat(u[:1], pad, axis=0)])
-        corr = full_hessian_chord_steps(problem, u_pad, sub.padded(), options,
-                                        chol)[0][:live.size]
-        loss, points = (np.asarray(a)[:live.size] for a in heldout_losses(
-            problem, u_pad, sub.padded(), options.batch_size))
-        est, _ = estimate_errors(problem, u, loss, index[live], corr, options.batch_size)
+        pad, keep = len(sub) - live.size, live.size
+        u_pad, sub_index = np.concatenate([u, np.repeat(u[:1], pad, axis=0)]), sub.padded()
+        if loss is None:
+            loss, points = (np.asarray(a)[:keep] for a in heldout_losses(
+                problem, u_pad, sub_index, options.batch_size))
+        corr = full_hessian_chord_steps(problem, u_pad, sub_index, options, chol)[0]
+        loss_pad = np.concatenate([loss, np.repeat(loss[:1], pad)])
+        est, loss_next, points_next = (a[:keep] for a in estimate_errors(
+            problem, u_pad, loss_pad, sub_index, corr, options.batch_size))
         shrinks = est <= CHORD_SHRINK * prev
         done = (est <= options.tol) & shrinks
         out_rows.append(live[done])
         out.append((u[done], loss[done], _pad(points[done], index.shape[1]), est[done]))
-        go_on = ~done & shrinks
-        live, u, corr, prev = live[go_on], u[go_on], corr[go_on], est[go_on]
-        if not live.size:
-            break
+        # a fold that goes on moves to its extrapolated point, whose losses are known
+        u_next, ok = refined_params(u, corr[:keep])
+        go_on = ~done & shrinks & ok
+        live, u, prev = live[go_on], u_next[go_on], est[go_on]
+        loss, points = loss_next[go_on], points_next[go_on]
     if not out_rows:
         return np.zeros(0, int), None, None, None, None
     rows = np.concatenate(out_rows)
