@@ -20,9 +20,9 @@
 
 ``diagnostics["fold_method"]`` records which method produced each fold (``"ij"``,
 ``"chord"``, ``"ns"``, ``"exact"``); ``diagnostics["error_estimate"]`` is that method's
-estimate (0 for a reliable exact refit, NaN for an unreliable one). Folds that still need a refit when the budget is
-spent keep their NS numbers and are unreliable (cause ``"over_budget"``); every other cause
-is the one of the method that produced the fold.
+estimate (0 for a reliable exact refit, NaN for an unreliable one). Folds that still need a
+refit when the budget is spent keep their NS numbers and are unreliable (cause
+``"over_budget"``); every other cause is the one of the method that produced the fold.
 """
 from __future__ import annotations
 
