@@ -23,6 +23,18 @@ def check_finite(name: str, array) -> np.ndarray:
     return arr
 
 
+def check_counts(name: str, array, what: str = "") -> np.ndarray:
+    """Return the finite real ``array`` unchanged; raise naming ``name`` unless it holds
+    non-negative integer counts (``what``: e.g. " for Poisson emissions", said after)."""
+    arr = np.asarray(array)
+    if arr.dtype.kind == "f" and np.any(arr != np.round(arr)):
+        raise InvalidDataError(f"`{name}` must hold integer counts{what}")
+    if np.any(arr < 0):
+        raise InvalidDataError(f"`{name}` must hold non-negative counts{what}, min is "
+                               f"{arr.min()}")
+    return arr
+
+
 def check_positive_int(name: str, value, minimum: int = 1) -> int:
     """Return ``int(value)``; raise if it is not an integer ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):

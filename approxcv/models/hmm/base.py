@@ -349,12 +349,8 @@ class HMM(Model):
 
 def check_counts(x, name: str) -> np.ndarray:
     """Validate a 1-D sequence of non-negative integer counts; return it as float64."""
-    arr = check_array(x, name, 1, "i")
-    if arr.dtype.kind == "f" and np.any(arr != np.round(arr)):
-        raise InvalidDataError(f"`{name}` must hold integer counts")
-    if np.any(arr < 0):
-        raise InvalidDataError(f"`{name}` must hold non-negative counts, min is {arr.min()}")
-    return arr.astype(np.float64)
+    from ..._validate import check_counts as check_count_values
+    return check_count_values(name, check_array(x, name, 1, "i")).astype(np.float64)
 
 
 def check_array(x, name: str, ndim: int, dtype_kind: str = "f") -> np.ndarray:

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from ..._validate import (as_real_array, check_adjacency, check_choice, check_finite,
-                          check_positive, check_positive_int)
+from ..._validate import (as_real_array, check_adjacency, check_choice, check_counts,
+                          check_finite, check_positive, check_positive_int)
 from ...errors import InvalidArgumentError, InvalidDataError
 from ...inference import elimination
 from .. import constraints as C
@@ -162,11 +162,7 @@ class HiddenPotts(Model):
             raise InvalidDataError(f"`data` must have shape ({self.n_sites},) (one value per "
                                    f"site of the graph), got {x.shape}")
         if self.emission == "poisson":
-            if np.any(x < 0):
-                raise InvalidDataError(f"`data` must hold non-negative counts for Poisson "
-                                       f"emissions, min is {x.min()}")
-            if np.any(x != np.round(x)):
-                raise InvalidDataError("`data` must hold integer counts for Poisson emissions")
+            check_counts("data", x, " for Poisson emissions")
         if exposure is None:
             exposure = np.ones(self.n_sites)
         else:
