@@ -196,7 +196,7 @@ def train_crf_layer(model, data, init, epochs, checkpoint_epochs, cfg, verbose=T
 
 # ---------------------------------------------------------------- 3. LSCV
 def lscv(model, prepared, n, checkpoints, n_folds, n_exact, seed, n_check=3,
-         exact_batch=8, verbose=True):
+         exact_batch=8, verbose=True, quick=False):
     import approxcv as acv
     rng = np.random.default_rng(seed)
     units = np.sort(rng.choice(n, n_folds, replace=False))
@@ -217,7 +217,7 @@ def lscv(model, prepared, n, checkpoints, n_folds, n_exact, seed, n_check=3,
         if verbose:
             print(f"epoch {epoch}: grad norm {rows[-1]['grad_norm']:.3g}, IJ "
                   f"{len(folds)} folds {ij.seconds:.1f}s", flush=True)
-    write_json(NAME + "_lscv_ij_partial", False, {"n_sentences": n, "checkpoints": rows})
+    write_json(NAME + "_lscv_ij_partial", quick, {"n_sentences": n, "checkpoints": rows})
     # exact CV does not depend on the checkpoint (each fold's objective is convex and the
     # refit converges to its optimum); refits warm-started at the last checkpoint
     last = checkpoints[-1][1]
@@ -376,7 +376,7 @@ def main(argv=None):
     n_folds = args.folds or (40 if quick else 500)
     n_exact = args.exact_folds or (10 if quick else 8)
     ls = lscv(model, prepared, len(data), checkpoints, n_folds, n_exact, seed=3,
-              n_check=3 if quick else 0, exact_batch=8 if quick else 1)
+              n_check=3 if quick else 0, exact_batch=8 if quick else 1, quick=quick)
     write_json(NAME + "_lscv_partial", quick, ls)
     try:
         lw = lwcv(model, data, args.lwcv_sentences or (60 if quick else 150),
