@@ -180,3 +180,63 @@ def test_auto_refits_a_fold_whose_local_estimate_sits_in_the_worse_basin():
         t, _ = _grid_minimum(TILTS, fold)
         assert abs(res.params_flat[k, 0] - t) < 1e-3, (k, res.params_flat[k, 0], t)
     assert res.params_flat[2, 0] < -0.9
+
+
+class TiltedValley(DoubleWell):
+    """``F(t, v, w) = 2 (t^2 - 1)^2 + (sum_i w_i a_i) t + t^2 / 200 + sum_i w_i (v - b_i)^2 / 2``
+    on units ``(a_i, b_i)``: the double well of :class:`DoubleWell` beside a quadratic
+    valley in ``v`` centred on the kept units' mean of ``b``. Held-out loss
+    ``((t - a_i)^2 + (v - b_i)^2) / 2`` per left-out unit."""
+
+    def prepare(self, data, level=None):
+        return jnp.asarray(data, dtype=jnp.float64), "within", len(data)
+
+    def objective(self, params, data, weights, scheme="A", level=None):
+        t, v = params
+        a, b = data[:, 0], data[:, 1]
+        return (2.0 * (t ** 2 - 1) ** 2 + jnp.sum(weights * a) * t + t ** 2 / 200
+                + 0.5 * jnp.sum(weights * (v - b) ** 2))
+
+    def heldout_loss(self, params, data, weights, level=None):
+        t, v = params
+        points = 0.5 * ((t - data[:, 0]) ** 2 + (v - data[:, 1]) ** 2)
+        points = jnp.where(left_out(weights), points, 0.0)
+        return jnp.sum(points), points
+
+    def init_params(self, data, level=None, n=1, seed=0):
+        return [(np.asarray(t), np.asarray(0.0)) for t in np.linspace(-1.5, 1.5, n)]
+
+    def param_constraints(self):
+        return (C.Real(), C.Real())
+
+    def fit(self, data, level=None):
+        """The stationary point in the ``+1`` well, ``v`` at the mean of ``b``."""
+        return (DoubleWell.fit(self, data[:, 0])[0], np.asarray(np.mean(data[:, 1])))
+
+
+def test_a_fit_beaten_on_the_full_data_sends_every_fold_to_the_best_basin():
+    """Full data: ``s = 0.5``, so the ``-1`` well is 1 nat lower and the fit (``+1``) is a
+    local optimum. Fold B (``s = 3.5``) loses the ``+1`` well and lands in ``-1``, below the
+    fit on the full data. Fold A (``s = 1.5``, ``-1`` 3 nats lower) stays in ``+1`` when
+    refitted warm, and its objective at fold B's optimum is 29 nats higher (the ``v``
+    valleys of A and B are 2.9 apart): no candidate reveals the better basin, but a basin
+    start from fold B's refit reaches it. Every fold ends at its brute-force minimum."""
+    a = np.array([-1.0, -3.0] + [0.75] * 6)
+    b = np.array([20.0] + [0.0] * 7)
+    data = np.stack([a, b], 1)
+    folds = [[0], [1], [2], [3]]
+    res = acv.cross_validate(TiltedValley(), data, acv.folds.Folds(folds, len(a)), "exact",
+                             progress=False, restarts=0, warn=False)
+    d = res.diagnostics
+    t = np.linspace(-3, 3, 600_001)
+    for k, fold in enumerate(folds):
+        keep = np.delete(np.arange(len(a)), fold)
+        s, q = a[keep].sum(), b[keep].mean()
+        f = 2.0 * (t ** 2 - 1) ** 2 + s * t + t ** 2 / 200 + 0.5 * np.sum((q - b[keep]) ** 2)
+        assert abs(res.params_flat[k, 0] - t[np.argmin(f)]) < 1e-4
+        assert abs(res.params_flat[k, 1] - q) < 1e-6
+        assert abs(d["exact_objective"][k] - f.min()) < 1e-6
+    assert res.params_flat[0, 0] < -0.9 and res.params_flat[1, 0] < -0.9   # A and B: -1
+    assert res.params_flat[2, 0] > 0.9                                      # C stays at +1
+    assert d["exact_improved_folds"].tolist() == [0] and d["better_optimum_folds"].tolist() == [1]
+    assert d["unreliable_folds"].size == 0

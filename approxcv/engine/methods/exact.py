@@ -2,7 +2,8 @@
 
 Each fold is refitted from the fit ``u_1`` and from ``R`` starts of the model's own
 initialisation (``problem.starts``; ``restarts=R``), then from other folds' refits
-(cross-fold starts); the lowest converged fold objective is kept, the warm start winning
+(cross-fold starts; and, once a refit beats the fit on the full data, every fold from the
+best refit: basin starts); the lowest converged fold objective is kept, the warm start winning
 ties within ``RESTART_RTOL * scale`` (:mod:`approxcv.engine.exact_optima`). Exact CV is
 the reference approximations are checked against, so a fold is *unreliable* when its
 refit did not converge (``refit_unconverged``), when it is not the lowest fold objective
@@ -132,10 +133,14 @@ class RefitBatch:
                 "objective": np.asarray(res.value)[:size]}
 
 
-def _record_better_optima(diagnostics, problem, refits, folds, warn):
-    """The full-data objective at every refit; refits below the fit by more than
+def _objective_at_fit(problem) -> float:
+    """``F(u_1, 1)``, the full-data objective at the fit."""
+    return float(problem.fun(problem.u_full, jnp.ones(problem.n_units), problem.data))
+
+
+def _record_better_optima(diagnostics, problem, refits, folds, warn, at_fit):
+    """The full-data objective at every refit; refits below the fit ``at_fit`` by more than
     ``1e-9 * scale`` show the fit is a local optimum that is not the best."""
-    at_fit = float(problem.fun(problem.u_full, jnp.ones(problem.n_units), problem.data))
     at_refits = full_objectives(problem, refits)
     diagnostics["full_objective"] = at_fit
     diagnostics["exact_full_objective"] = at_refits
@@ -250,8 +255,9 @@ def exact(problem, folds, options):
         return {f: np.concatenate([o[f] for o in outs]) for f in outs[0]}
 
     index = folds.padded()
+    at_fit = _objective_at_fit(problem)
     improved = cross_fold_refits(
-        problem, index, rec, refit_from,
+        problem, index, rec, refit_from, at_fit=at_fit,
         on_improved=lambda at: save({ids[k]: {f: v[k] for f, v in rec.items()} for k in at}))
     params = rec["u"]
     converged = rec["converged"].astype(bool) & np.all(np.isfinite(params), axis=1)
@@ -280,7 +286,7 @@ def exact(problem, folds, options):
                       f"(fold ids {folds.ids[~converged][:10].tolist()}); their results are "
                       "kept and listed in diagnostics['unreliable_folds']",
                       ConvergenceWarning, stacklevel=3)
-    _record_better_optima(diagnostics, problem, params, folds, options.warn)
+    _record_better_optima(diagnostics, problem, params, folds, options.warn, at_fit)
     diagnostics["stage_seconds"]["refit"] = time.perf_counter() - t
     return jnp.asarray(params), diagnostics
 
