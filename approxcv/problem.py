@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import InvalidDataError
+from ._compile import jit
 
 __all__ = ["Problem", "GLMStructure", "make_problem", "flat_params"]
 
@@ -72,7 +73,7 @@ class GLMStructure(NamedTuple):
     loss: Callable
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jit, static_argnums=0)
 def _vmapped(fn, rows):
     return jax.vmap(fn)(rows)
 

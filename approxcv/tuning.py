@@ -60,6 +60,7 @@ from .errors import ArgumentTypeError, InvalidArgumentError, NotPositiveDefinite
 from .folds import leave_one_out
 from .optim.pd import jittered_cholesky
 from .results import CVResult
+from ._compile import jit
 
 __all__ = ["aloocv_gradient", "TuneResult", "tune_regularization", "GRADIENTS"]
 
@@ -119,7 +120,7 @@ def _per_sample(i, u, lam, design, y, aux, chol, terms, loss_fn, penalty_fn, ref
     return loss_i, grad_lam, reliable
 
 
-@partial(jax.jit, static_argnames=("loss_fn", "penalty_fn", "gradient", "batch_size"))
+@partial(jit, static_argnames=("loss_fn", "penalty_fn", "gradient", "batch_size"))
 def _acv_and_gradient(u, lam, design, y, aux, subset, loss_fn, penalty_fn, gradient,
                       batch_size):
     """``(ACV over subset, dACV/dlam (m,), reliable)`` for one of :data:`GRADIENTS`."""

@@ -1,8 +1,17 @@
-import jax
-import numpy as np
-import pytest
+import os
 
-import approxcv as acv
+# XLA's classic CPU emitters for every program of the test process, as approxcv's own
+# programs already use (approxcv/_compile.py): the suite's time is ~90 % compilation
+# (tiny problems), and the tests' own jitted and eager JAX code compiles faster too. Set
+# before JAX initialises its backend, appended to any XLA_FLAGS already given.
+os.environ["XLA_FLAGS"] = " ".join(
+    filter(None, [os.environ.get("XLA_FLAGS"), "--xla_cpu_use_fusion_emitters=false"]))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import approxcv as acv  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")

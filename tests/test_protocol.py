@@ -129,13 +129,12 @@ def test_protocol_invariants(row):
     fold, points = model.heldout_loss(params, prepared, jnp.asarray(w), level=level)
     points = np.asarray(points)
     assert np.all(np.isfinite(points[w == 0])) and np.all(points[w == 1] == 0.0)
-    # w = 1 reproduces the fit: a refit from it at unit weights does not move
+    # w = 1 reproduces the fit: the fit is stationary for the weighted objective at unit
+    # weights (the fits stop at ||grad|| <= 1e-7 x scale; a refit from there would not move)
     problem = acv.make_problem(model, prepared, params, level=level)
-    refit = batched_minimize(problem.fun, problem.scale, 200, 2)(
-        problem.u_full[None], jnp.ones((1, n)), problem.data)
     if name != "ElasticNet":            # non-smooth: its refits use a proximal solver
-        np.testing.assert_allclose(np.asarray(refit.u)[0], np.asarray(problem.u_full),
-                                   atol=1e-5 * (1 + float(jnp.abs(problem.u_full).max())))
+        grad = engine.gradient(problem.fun, problem.u_full, jnp.ones(n), problem.data)
+        assert float(jnp.linalg.norm(grad)) <= 1e-5 * problem.scale, name
     # hyperparameters are hashable and equal configurations compare equal
     assert hash(model) == hash(_case(name)[0]) and model == _case(name)[0]
 

@@ -27,6 +27,7 @@ import numpy as np
 from jax import lax
 
 from ..executors import run_batches
+from .._compile import jit
 
 
 def has_unit_axis(data, num_units: int) -> bool:
@@ -48,7 +49,7 @@ def _dense_hessian(grad_fn, u, chunk: int):
     return lax.map(hvp, eye, batch_size=min(chunk, u.shape[0]))
 
 
-@partial(jax.jit, static_argnums=(0, 4, 5))
+@partial(jit, static_argnums=(0, 4, 5))
 def batch_derivatives(fun, u, w_b, data_b, chunk: int = 256, with_jacobian: bool = True):
     """``(g_b, H_b, J_b)`` of the data part ``F(u, w_b; d_b) - F(u, 0; d_b)`` at ``w_b``.
 
@@ -65,7 +66,7 @@ def batch_derivatives(fun, u, w_b, data_b, chunk: int = 256, with_jacobian: bool
     return g, hess, jac
 
 
-@partial(jax.jit, static_argnums=(0, 3))
+@partial(jit, static_argnums=(0, 3))
 def prior_derivatives(fun, u, data_b, chunk: int = 256):
     """``(g, H)`` of ``r(u) = F(u, 0)``: the part of ``F`` that no weight touches."""
     zeros = jnp.zeros(jax.tree_util.tree_leaves(data_b)[0].shape[0], u.dtype)

@@ -37,6 +37,7 @@ from ..optim.pd import NEGLIGIBLE_JITTER, factor_hessian
 from .batching import map_batches
 from .derivatives import full_derivatives
 from .diagnostics import fit_diagnostics
+from .._compile import jit
 
 __all__ = ["GLMTerms", "glm_terms", "glm_hessian", "cholesky_rank_one_update",
            "cholesky_rank_one_downdate", "cholesky_downdate_rows", "leverages",
@@ -134,7 +135,7 @@ def _gather(values, idx):
     return values.at[idx].get(mode="fill", fill_value=0.0)
 
 
-@partial(jax.jit, static_argnames=("batch_size", "refactor", "fun", "n"))
+@partial(jit, static_argnames=("batch_size", "refactor", "fun", "n"))
 def fold_newton_params(chol, hess, terms: GLMTerms, u_full, index, grad_full,
                        batch_size: int | None = 256, refactor: bool = False, fun=None,
                        data=None, n: int | None = None):
@@ -192,7 +193,7 @@ def loo_newton_params_closed_form(chol, terms: GLMTerms, u_full):
     return u_full[None, :] + (z * coeff[None, :]).T
 
 
-_glm_terms = jax.jit(glm_terms, static_argnums=0)
+_glm_terms = jit(glm_terms, static_argnums=0)
 
 
 def _terms(problem) -> GLMTerms:
@@ -255,7 +256,7 @@ def glm_newton_params(problem, folds, options):
 
 
 # ------------------------------------------------------------ influence function
-@jax.jit
+@jit
 def _influence(chol, terms: GLMTerms, index):
     def one(idx):
         g = _gather(terms.grad, idx)

@@ -15,6 +15,7 @@ import numpy as np
 from jax import lax
 
 from ..optim.hessian import data_entries
+from .._compile import jit
 
 __all__ = ["fold_weights", "fold_indicator", "map_batches", "heldout_batch_size",
            "fold_batch_size",
@@ -62,7 +63,7 @@ def fold_batch_size(problem, n_folds: int) -> int:
     return size
 
 
-@partial(jax.jit, static_argnums=(0, 4, 5))
+@partial(jit, static_argnums=(0, 4, 5))
 def _heldout(heldout, params_flat, index, data, n: int, batch_size: int):
     def one(args):
         u, idx = args

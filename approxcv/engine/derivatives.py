@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from ..optim.hessian import SWEEP_BUDGET, data_entries, hessian_by_hvp, tangent_chunk  # noqa: F401
+from .._compile import jit
 
 
 def gradient(fun, u, w, data=None):
@@ -37,7 +38,7 @@ def cross_jacobian(fun, u, w, data=None):
     return jax.jacfwd(jax.grad(fun, argnums=1), argnums=0)(u, w, data).T
 
 
-@partial(jax.jit, static_argnums=(0, 4))
+@partial(jit, static_argnums=(0, 4))
 def gradient_hessian_jacobian(fun, u, w, data, with_jacobian: bool = True):
     """Return ``(g (D,), H (D, D), J (D, n) or None)`` at ``(u, w)`` in one sweep."""
     if not with_jacobian:

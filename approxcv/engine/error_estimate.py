@@ -40,6 +40,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 
 from .batching import fold_batch_size, fold_weights, heldout_losses, map_batches
+from .._compile import jit
 
 __all__ = ["chord_step", "extrapolate", "ij_chord_steps", "ij_chord_steps_cg",
            "full_hessian_chord_steps", "refined_params", "estimate_errors", "DEFAULT_TOL"]
@@ -82,7 +83,7 @@ def chord_step(fun, chol, u_m, w, data):
     return extrapolate(d1, d2, rho), rho
 
 
-@partial(jax.jit, static_argnums=(0, 5, 6))
+@partial(jit, static_argnums=(0, 5, 6))
 def ij_chord_steps(fun, chol, params, index, data, n: int, batch_size: int):
     """Chord corrections of every IJ fold (``M = H``, one factor for all folds):
     ``(correction (n_folds, D), rho (n_folds,))``."""
@@ -92,7 +93,7 @@ def ij_chord_steps(fun, chol, params, index, data, n: int, batch_size: int):
     return map_batches(one, (params, index), batch_size)
 
 
-@partial(jax.jit, static_argnums=(0, 5, 7, 8, 9))
+@partial(jit, static_argnums=(0, 5, 7, 8, 9))
 def ij_chord_steps_cg(fun, u_1, params, index, data, n: int, rtol, max_steps: int,
                       batch_size: int, hvp_batch_size: int | None):
     """Matrix-free :func:`ij_chord_steps`: each chord step solves ``H d = grad F(u, w_o)``

@@ -57,6 +57,7 @@ import jax
 import numpy as np
 
 from .batching import fold_weights, heldout_batch_size, heldout_losses, map_batches
+from .._compile import jit
 
 __all__ = ["RESTART_RTOL", "CROSS_CANDIDATES", "CROSS_ROUNDS", "OPTIMUM_GAP_NATS", "HELDOUT_RTOL",
            "best_of_starts", "cross_fold_refits", "full_objectives", "pair_objectives",
@@ -119,7 +120,7 @@ def best_of_starts(out: dict, n_folds: int, n_starts: int, scale: float) -> dict
     return rec
 
 
-@partial(jax.jit, static_argnums=(0, 4))
+@partial(jit, static_argnums=(0, 4))
 def _full_objective(fun, us, ones, data, batch_size):
     return jax.lax.map(lambda u: fun(u, ones, data), us, batch_size=batch_size)
 
@@ -132,7 +133,7 @@ def full_objectives(problem, us) -> np.ndarray:
                                       batch))
 
 
-@partial(jax.jit, static_argnums=(0, 5, 6))
+@partial(jit, static_argnums=(0, 5, 6))
 def _pair_objectives(fun, us, cols, index, data, n: int, batch_size: int):
     """``F(us[cols[i, c]], w_i)`` ``(n_folds, C)``: folds in batches, candidates ``vmap``ped."""
     def one(args):

@@ -37,6 +37,7 @@ from jax import lax
 
 from .batching import fold_indicator, fold_weights, map_batches
 from .error_estimate import _rate, extrapolate
+from .._compile import jit
 
 
 class CGResult(NamedTuple):
@@ -207,7 +208,7 @@ def block_conjugate_gradient(matvec, rhs, rtol: float = 1e-10,
                     tail.residual_norm, min_curv, converged)
 
 
-@partial(jax.jit, static_argnums=(0, 4, 6, 7, 8, 9))
+@partial(jit, static_argnums=(0, 4, 6, 7, 8, 9))
 def ij_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: int = 1000,
                  batch_size: int = 64, hvp_batch_size: int | None = None,
                  block: bool = True, newton_rtol=None):
@@ -249,7 +250,7 @@ def ij_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: int = 
     return u_full[None, :] + sol.x[:-1], grad, sol.x[-1], sol
 
 
-@partial(jax.jit, static_argnums=(0, 4, 6, 7, 8))
+@partial(jit, static_argnums=(0, 4, 6, 7, 8))
 def newton_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: int = 1000,
                      batch_size: int = 16, refine: bool = True):
     """Matrix-free Newton step for every fold: ``u_1 - H(w_o)^{-1} g(w_o)`` by CG.

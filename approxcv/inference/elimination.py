@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import logsumexp
+from .._compile import jit
 
 __all__ = ["EliminationPlan", "build_plan", "min_fill_order", "induced_width",
            "check_memory", "log_partition", "site_marginals", "SiteMarginals",
@@ -262,7 +263,7 @@ def _run_arrays(plan: EliminationPlan, g: int, runs: list, run_of: list, n_state
             root)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jit, static_argnums=0)
 def log_partition(plan: EliminationPlan, unary, pairwise):
     """``log Z = log sum_z exp(sum_t unary[t, z_t] + sum_e pairwise[e, z_s, z_t])`` by the
     fixed elimination plan. ``unary (n, K)``, ``pairwise (E, K, K)``.
@@ -313,7 +314,7 @@ class SiteMarginals(NamedTuple):
     marginals: jax.Array
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jit, static_argnums=0)
 def site_marginals(plan: EliminationPlan, unary, pairwise) -> SiteMarginals:
     """``log Z`` and the site marginals ``p(z_t = k) = d log Z / d unary[t, k]`` (reverse
     mode through the plan: one forward and one backward elimination)."""
@@ -337,7 +338,7 @@ def weighted_potentials(plan: EliminationPlan, unary, pairwise, weights, scheme:
     raise ValueError(f"`scheme` must be 'A' or 'B', got {scheme!r}")
 
 
-@functools.partial(jax.jit, static_argnums=(0, 5))
+@functools.partial(jit, static_argnums=(0, 5))
 def weighted_log_marginal(plan: EliminationPlan, field_unary, field_pairwise, log_lik,
                           weights, scheme: str = "A"):
     """``log p_scheme(x; w)`` of a hidden MRF (module docstring, seed eq. 4-5), the
@@ -350,7 +351,7 @@ def weighted_log_marginal(plan: EliminationPlan, field_unary, field_pairwise, lo
     return log_z[0] - log_z[1]
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jit, static_argnums=0)
 def heldout_losses(plan: EliminationPlan, field_unary, field_pairwise, log_lik, weights):
     """Held-out losses of the sites with ``weights == 0``, in the full (unweighted) model.
 

@@ -34,7 +34,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from .newton import newton_minimize
-from .quasi_newton import compiler_options, over_rows
+from .quasi_newton import over_rows
+from .._compile import jit
 
 __all__ = ["EMResult", "em_minimize", "batched_em"]
 
@@ -131,4 +132,4 @@ def batched_em(potentials, log_partition, log_prior, scale: float, tol: float,
 
     def solve(u0s, weights, data, max_steps):
         return over_rows(lambda u0, w: one(u0, w, data, max_steps), "map")(u0s, weights)
-    return jax.jit(solve, compiler_options=compiler_options())
+    return jit(solve)

@@ -18,7 +18,8 @@ import scipy.linalg
 from jax import lax
 
 from .hessian import SWEEP_BUDGET, hessian_by_hvp, tangent_chunk
-from .quasi_newton import GTOL, MinimizeResult, compiler_options, over_rows
+from .quasi_newton import GTOL, MinimizeResult, over_rows
+from .._compile import jit
 
 #: largest ``D x n`` for which :func:`newton_polish` asks for ``J`` too (32 MB): the
 #: IJ then finds the program compiled; larger ``J`` is not worth forming for a polish
@@ -46,8 +47,7 @@ def _value_and_derivatives(fun, u, w, data, with_jacobian: bool):
 
 @functools.cache
 def _compiled_derivatives():
-    return jax.jit(_value_and_derivatives, static_argnums=(0, 4),
-                   compiler_options=compiler_options())
+    return jit(_value_and_derivatives, static_argnums=(0, 4))
 
 
 def _chunked_value_and_derivatives(fun, u, w, data, with_jacobian: bool, chunk: int):
@@ -66,8 +66,7 @@ def _chunked_value_and_derivatives(fun, u, w, data, with_jacobian: bool, chunk: 
 
 @functools.cache
 def _compiled_chunked_derivatives():
-    return jax.jit(_chunked_value_and_derivatives, static_argnums=(0, 4, 5),
-                   compiler_options=compiler_options())
+    return jit(_chunked_value_and_derivatives, static_argnums=(0, 4, 5))
 
 
 def chunked_value_and_derivatives(fun, u, w, data, with_jacobian: bool, chunk: int):
@@ -251,4 +250,4 @@ def batched_newton_minimize(fun, scale: float, max_steps: int, rows: str = "vmap
             return newton_minimize(lambda u, a: fun(u, a[0], a[1]), u0, (w, data),
                                    max_steps=max_steps, scale=scale)
         return over_rows(one, rows)(u0s, weights)
-    return jax.jit(solve, compiler_options=compiler_options())
+    return jit(solve)

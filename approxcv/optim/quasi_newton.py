@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .hessian import hessian_by_hvp, tangent_chunk
+from .._compile import compiler_options, jit  # noqa: F401  (compiler_options: earlier home)
 
 #: L-BFGS history length (optimistix's default)
 LBFGS_HISTORY = 10
@@ -48,26 +49,6 @@ class MinimizeResult(NamedTuple):
     grad_norm: jax.Array
     converged: jax.Array
     num_steps: jax.Array
-
-
-@functools.cache
-def compiler_options() -> dict | None:
-    """XLA options for approxcv's jitted loops (pass as ``jax.jit(compiler_options=...)``).
-
-    On CPU: XLA's classic elemental emitters (``xla_cpu_use_fusion_emitters=False``), which
-    compile the loop-heavy programs of approxcv (scans over time inside optimiser loops)
-    in about 60 % of the time of the default fusion emitters, with the same run time.
-    ``None`` on other backends or when this XLA does not know the option. A per-program
-    compile option, not a global setting.
-    """
-    if jax.default_backend() != "cpu":
-        return None
-    options = {"xla_cpu_use_fusion_emitters": False}
-    try:
-        jax.jit(lambda x: x, compiler_options=options).lower(0.0).compile()
-    except Exception:  # noqa: BLE001  (an XLA without the option: use its defaults)
-        return None
-    return options
 
 
 # ------------------------------------------------------------ per-start pieces
@@ -325,4 +306,4 @@ def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int,
                                max_steps=max_steps, rtol=1e-10, atol=1e-10, scale=scale,
                                newton_steps=newton_steps, gtol=GTOL, method=method,
                                rows=rows, closed_over=data)
-    return jax.jit(solve, compiler_options=compiler_options())
+    return jit(solve)

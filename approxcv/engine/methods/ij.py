@@ -37,6 +37,7 @@ from ..error_estimate import full_hessian_chord_steps
 from ..fold_checks import with_fold_check
 from ..matrix_free import ij_params_cg
 from . import register_method
+from ..._compile import jit
 
 #: CG tolerance of the full-data Newton system ``H s = g`` solved alongside the IJ folds'
 #: systems: ``s`` only feeds the ``newton_step_norm`` diagnostic, and at an unconverged fit
@@ -45,7 +46,7 @@ from . import register_method
 NEWTON_DIAGNOSTIC_RTOL = 1e-3
 
 
-@partial(jax.jit, static_argnums=(3,))
+@partial(jit, static_argnums=(3,))
 def ij_params(chol, jac, u_full, batch_size, index):
     """IJ parameters ``(n_folds, D)`` from the Cholesky factor of ``H`` and ``J (D, n)``,
     and the norms ``||sum_{t in o} J[:, t]||`` of the fold directions ``(n_folds,)``.

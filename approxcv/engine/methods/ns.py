@@ -32,6 +32,7 @@ from ..error_estimate import chord_step
 from ..fold_checks import with_fold_check
 from ..matrix_free import newton_params_cg
 from . import register_method
+from ..._compile import jit
 
 
 def newton_step(fun, u, w, data):
@@ -45,7 +46,7 @@ def newton_step(fun, u, w, data):
     return u_ns, min_eig, jitter, reliable, d, rho
 
 
-@partial(jax.jit, static_argnums=(0, 4, 5))
+@partial(jit, static_argnums=(0, 4, 5))
 def newton_params(fun, u_full, index, data, n: int, batch_size: int = 16):
     """Newton-step parameters of every fold (``index``: ``(n_folds, m)`` padded left-out
     indices): ``(params (n_folds, D), min_eig, jitter, reliable, chord_step, chord_rate)``,

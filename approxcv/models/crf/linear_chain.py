@@ -54,6 +54,7 @@ from ...optim import batched_minimize
 from .. import constraints as C
 from ..base import Model, check_weights, left_out
 from .data import CRFBucket, CRFData, bucket_lengths
+from ..._compile import jit
 
 __all__ = ["LinearChainCRF", "LinearChainCRFParams", "CRFData", "CRFBucket"]
 
@@ -332,7 +333,7 @@ class LinearChainCRF(Model):
         return out
 
 
-@jax.jit
+@jit
 def _viterbi(unary, trans, start, stop, mask):
     return jax.vmap(crf.viterbi, (0, None, None, None, 0))(unary, trans, start, stop, mask)
 

@@ -42,6 +42,7 @@ from ...optim import MinimizeResult
 from .elastic_net_support import (ElasticNetOnSupport, ElasticNetParams,
                                   off_support_curvature, support_changes)
 from .base import ERM, ERMData, check_lam, design_matrix
+from ..._compile import jit
 
 __all__ = ["ElasticNet", "ElasticNetParams", "ElasticNetOnSupport", "SupportChangeWarning",
            "enet_fit"]
@@ -79,7 +80,7 @@ def _polish(design, y, w, lam1, lam2, pen, x):
     return u, signs_ok & kkt_ok & jnp.all(jnp.isfinite(u))
 
 
-@partial(jax.jit, static_argnames=("max_rounds", "chunk"))
+@partial(jit, static_argnames=("max_rounds", "chunk"))
 def enet_fit(design, y, w, lam1, lam2, pen, u0, step, max_rounds: int = 100,
              chunk: int = CHUNK):
     """Elastic-net fit by FISTA with adaptive restart, polished on the detected support.
@@ -160,7 +161,7 @@ def enet_refit_solver(lam1: float, lam2: float, fit_intercept: bool, max_rounds:
         return MinimizeResult(u, value, _kkt_residual(design, y, w, lam1, lam2, pen, u),
                               ok & jnp.isfinite(value), rounds * CHUNK)
 
-    @jax.jit
+    @jit
     def solve(u0s, weights, data):
         design = design_matrix(data.X, fit_intercept)
         pen = _penalised(design.shape[1], fit_intercept)

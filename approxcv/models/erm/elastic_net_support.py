@@ -26,6 +26,7 @@ from jax import lax
 
 from ...errors import InvalidArgumentError
 from .base import ERM, check_lam, design_matrix
+from ..._compile import jit
 
 __all__ = ["ElasticNetParams", "ElasticNetOnSupport", "support_penalty",
            "off_support_curvature", "support_changes"]
@@ -51,7 +52,7 @@ def off_support_curvature(X, lam2: float) -> float:
     return c if c > 0 else 1.0
 
 
-@partial(jax.jit, static_argnames=("p",))
+@partial(jit, static_argnames=("p",))
 def support_changes(design, y, u_full, fold_params, index, lam1, p: int):
     """Per fold ``(flips, enters)`` ``(n_folds,)`` bool at the fold parameters ``u_o``.
 

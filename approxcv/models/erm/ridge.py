@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._compile import jit
 from .base import ERM, ERMData
 
 __all__ = ["Ridge", "RidgeParams", "ridge_solve"]
@@ -36,7 +37,7 @@ def ridge_solve(design, y, weights, penalty_hessian):
     return jax.scipy.linalg.cho_solve((chol, True), aw.T @ y)
 
 
-_ridge_solve_batch = jax.jit(jax.vmap(ridge_solve, in_axes=(None, None, 0, None)))
+_ridge_solve_batch = jit(jax.vmap(ridge_solve, in_axes=(None, None, 0, None)))
 
 
 class Ridge(ERM):

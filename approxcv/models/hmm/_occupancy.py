@@ -17,9 +17,10 @@ import numpy as np
 
 from ...errors import EmptyStateWarning
 from ...inference import chain
+from ..._compile import jit
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jit, static_argnums=0)
 def _occupancy(model, params, seqs):
     def one(x, mask):
         post = chain.posterior_marginals(*model.log_potentials(params, x, mask))
