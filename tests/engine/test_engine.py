@@ -110,7 +110,7 @@ def test_ij_is_exact_for_objective_linear_in_w(seed, d, n):
     np.testing.assert_allclose(np.asarray(U), expected, rtol=1e-9, atol=1e-9)
 
 
-@settings(max_examples=10, deadline=None, derandomize=True)
+@settings(max_examples=5, deadline=None, derandomize=True)   # a compiled program per shape
 @given(seed=st.integers(0, 10_000), d=st.integers(1, 4), n=st.integers(3, 8))
 def test_newton_step_is_exact_for_quadratic_objective(seed, d, n):
     rng = np.random.default_rng(seed)

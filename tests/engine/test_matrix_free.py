@@ -166,9 +166,11 @@ def test_matrix_free_equals_dense_leave_one_sequence_out(sequences_fit, method):
     cg = acv.cross_validate(model, seqs, folds, method, solver="cg", cg_rtol=1e-12, **kw)
     np.testing.assert_allclose(cg.params_flat, dense.params_flat, rtol=1e-7, atol=1e-8)
     np.testing.assert_allclose(cg.fold_loss, dense.fold_loss, rtol=1e-9)
-    if method == "ij":  # "auto" picks CG once D exceeds the threshold
-        auto = acv.cross_validate(model, seqs, folds, method, max_dense_dim=3, **kw)
+    if method == "ij":  # "auto" picks CG once D exceeds the threshold (the same program)
+        auto = acv.cross_validate(model, seqs, folds, method, max_dense_dim=3, cg_rtol=1e-12,
+                                  **kw)
         assert auto.diagnostics["solver"] == "cg"
+        np.testing.assert_allclose(auto.fold_loss, cg.fold_loss, rtol=1e-9)
 
 
 def test_structure_accumulation_equals_one_sweep_and_runs_on_executors(sequences_fit):
