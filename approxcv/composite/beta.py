@@ -1,0 +1,70 @@
+"""The beta heuristic of the seed's §7: weights that minimise a diagonal approximation of
+``log det`` of the asymptotic variance, with the estimate plugged in for ``theta_0``.
+
+With groups ``g`` of components (one weight ``beta_g`` each) and the realised draws,
+
+    J(beta) = log det Sigma + 2 log det Upsilon                                 (eq. 26)
+           ~= sum_l log beta^T Q_l beta - 2 sum_l log sum_g beta_g a_gl         (eq. 27-28)
+
+    a_gl  = (1/n) sum_i sum_{j in g} Z_ij (-d^2 S_ij / d theta_l^2)      (Upsilon^{-1}_ll)
+    Q_l   = (1/n) sum_i s_il s_il^T,   s_igl = sum_{j in g} Z_ij dS_ij / d theta_l
+
+(Hadamard's inequality: the products of diagonals bound the determinants). Using the
+realised ``Z_ij`` in ``Q`` keeps the selection noise that the printed eq. 17 (and so eq. 28,
+written with ``lambda_j``) leaves out; ``form="paper"`` puts ``lambda_j`` in its place.
+``J`` does not change when ``beta`` is scaled, so it is minimised over the simplex
+(``beta = softmax(eta)``) with :func:`approxcv.optim.minimize`.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._validate import check_choice
+from ..optim import minimize
+
+__all__ = ["heuristic_beta", "beta_criterion"]
+
+
+def _group_parts(model, data, theta, form):
+    """``(a (G, D), s (n, G, D))`` of the module docstring at ``theta``."""
+    n = int(data.coef.shape[0])
+    pol = model.policy
+    sel = model.selections(n) if form == "corrected" else np.tile(pol.lam, (n, 1))
+    onehot = jnp.asarray(np.eye(len(pol.groups))[pol.group_of])         # (k, G)
+    zg = jnp.asarray(sel)[:, :, None] * onehot[None]                      # (n, k, G)
+
+    def group_scl(th):
+        """``(n, G)``: ``sum_{j in g} Z_ij S_ij``."""
+        return jnp.einsum("ik,ikg->ig", model.component_log_probs(th, data.samples), zg)
+
+    s = jax.jacfwd(group_scl)(theta)                                      # (n, G, D)
+    hess = jax.hessian(lambda th: jnp.sum(group_scl(th), axis=0))(theta)  # (G, D, D)
+    a = -jnp.diagonal(hess, axis1=1, axis2=2) / n
+    return np.asarray(a), np.asarray(s)
+
+
+def beta_criterion(a, s):
+    """``J(eta)`` of the module docstring on ``beta = softmax(eta)`` (a pure function)."""
+    a, s = jnp.asarray(a), jnp.asarray(s)
+    q = jnp.einsum("igl,ihl->lgh", s, s) / s.shape[0]                     # (D, G, G)
+
+    def crit(eta):
+        beta = jax.nn.softmax(eta)
+        sigma = jnp.einsum("g,lgh,h->l", beta, q, beta)
+        upsilon_inv = beta @ a
+        return jnp.sum(jnp.log(sigma)) - 2.0 * jnp.sum(jnp.log(upsilon_inv))
+    return crit
+
+
+def heuristic_beta(model, data, params, form: str = "corrected") -> np.ndarray:
+    """Weights ``beta (G,)`` (summing to 1) minimising the approximate ``J`` at ``params``."""
+    check_choice("form", form, ("corrected", "paper"))
+    a, s = _group_parts(model, data, jnp.asarray(params.theta), form)
+    groups = len(model.policy.groups)
+    if groups == 1:
+        return np.ones(1)
+    crit = beta_criterion(a, s)
+    res = minimize(lambda eta, _: crit(eta), jnp.zeros(groups), newton_steps=0, max_steps=200)
+    return np.asarray(jax.nn.softmax(res.u))
