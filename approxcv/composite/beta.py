@@ -13,16 +13,18 @@ With groups ``g`` of components (one weight ``beta_g`` each) and the realised dr
 realised ``Z_ij`` in ``Q`` keeps the selection noise that the printed eq. 17 (and so eq. 28,
 written with ``lambda_j``) leaves out; ``form="paper"`` puts ``lambda_j`` in its place.
 ``J`` does not change when ``beta`` is scaled, so it is minimised over the simplex
-(``beta = softmax(eta)``) with :func:`approxcv.optim.minimize`.
+(``beta = softmax(eta)``) with :func:`approxcv.optim.batched_minimize`.
 """
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._validate import check_choice
-from ..optim import minimize
+from ..optim import batched_minimize
 
 __all__ = ["heuristic_beta", "beta_criterion"]
 
@@ -34,37 +36,41 @@ def _group_parts(model, data, theta, form):
     sel = model.selections(n) if form == "corrected" else np.tile(pol.lam, (n, 1))
     onehot = jnp.asarray(np.eye(len(pol.groups))[pol.group_of])         # (k, G)
     zg = jnp.asarray(sel)[:, :, None] * onehot[None]                      # (n, k, G)
-
-    def group_scl(th):
-        """``(n, G)``: ``sum_{j in g} Z_ij S_ij``."""
-        return jnp.einsum("ik,ikg->ig", model.component_log_probs(th, data.samples), zg)
-
-    s = jax.jacfwd(group_scl)(theta)                                      # (n, G, D)
-    hess = jax.hessian(lambda th: jnp.sum(group_scl(th), axis=0))(theta)  # (G, D, D)
-    a = -jnp.diagonal(hess, axis1=1, axis2=2) / n
+    a, s = _compiled_parts(model)(theta, data.samples, zg)
     return np.asarray(a), np.asarray(s)
 
 
-def beta_criterion(a, s):
-    """``J(eta)`` of the module docstring on ``beta = softmax(eta)`` (a pure function)."""
-    a, s = jnp.asarray(a), jnp.asarray(s)
-    q = jnp.einsum("igl,ihl->lgh", s, s) / s.shape[0]                     # (D, G, G)
+@functools.lru_cache(maxsize=32)
+def _compiled_parts(model):
+    """Jitted ``(a, s)`` for one model structure."""
+    def parts(theta, samples, zg):
+        def group_scl(th):
+            """``(n, G)``: ``sum_{j in g} Z_ij S_ij``."""
+            return jnp.einsum("ik,ikg->ig", model.component_log_probs(th, samples), zg)
 
-    def crit(eta):
-        beta = jax.nn.softmax(eta)
-        sigma = jnp.einsum("g,lgh,h->l", beta, q, beta)
-        upsilon_inv = beta @ a
-        return jnp.sum(jnp.log(sigma)) - 2.0 * jnp.sum(jnp.log(upsilon_inv))
-    return crit
+        s = jax.jacfwd(group_scl)(theta)                                  # (n, G, D)
+        hess = jax.hessian(lambda th: jnp.sum(group_scl(th), axis=0))(theta)  # (G, D, D)
+        return -jnp.diagonal(hess, axis1=1, axis2=2) / zg.shape[0], s
+    return jax.jit(parts)
+
+
+def beta_criterion(eta, weights, parts):
+    """``J`` of the module docstring at ``beta = softmax(eta)``; ``parts = (Q (D, G, G),
+    a (G, D))``; ``weights`` is unused (the optimiser's signature)."""
+    q, a = parts
+    beta = jax.nn.softmax(eta)
+    sigma = jnp.einsum("g,lgh,h->l", beta, q, beta)
+    return jnp.sum(jnp.log(sigma)) - 2.0 * jnp.sum(jnp.log(beta @ a))
 
 
 def heuristic_beta(model, data, params, form: str = "corrected") -> np.ndarray:
     """Weights ``beta (G,)`` (summing to 1) minimising the approximate ``J`` at ``params``."""
     check_choice("form", form, ("corrected", "paper"))
-    a, s = _group_parts(model, data, jnp.asarray(params.theta), form)
     groups = len(model.policy.groups)
     if groups == 1:
         return np.ones(1)
-    crit = beta_criterion(a, s)
-    res = minimize(lambda eta, _: crit(eta), jnp.zeros(groups), newton_steps=0, max_steps=200)
-    return np.asarray(jax.nn.softmax(res.u))
+    a, s = _group_parts(model, data, jnp.asarray(params.theta), form)
+    q = np.einsum("igl,ihl->lgh", s, s) / s.shape[0]
+    solve = batched_minimize(beta_criterion, 1.0, 200, 0)
+    res = solve(jnp.zeros((1, groups)), jnp.ones((1, 1)), (jnp.asarray(q), jnp.asarray(a)))
+    return np.asarray(jax.nn.softmax(res.u[0]))

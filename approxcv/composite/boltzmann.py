@@ -18,6 +18,7 @@ reach every parameter (:meth:`unidentified`) and counts their FLOPs
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import NamedTuple
 
@@ -102,6 +103,7 @@ class BoltzmannMachine:
     def split(self, theta):
         """``(W (m, m) symmetric couplings, b (m,))`` of the flat ``theta``."""
         m, d = self.n_nodes, len(self.pairs)
+        theta = jnp.asarray(theta, dtype=jnp.float64)
         weights = bc.coupling_matrix(theta[:d], m)
         biases = theta[d:] if self.biases else jnp.zeros(m, theta.dtype)
         return weights, biases
@@ -247,11 +249,8 @@ class BoltzmannMachine:
     def state_probabilities(self, params):
         """``(states (2^m, m), p (2^m,))``: every state and its probability."""
         theta = jnp.asarray(self.check_theta(params))
-        weights, biases = self.split(theta)
         states = bc.all_states(self.n_nodes)
-        logp = bc.energy(weights, biases, jnp.asarray(states)) - bc.log_partition(weights,
-                                                                                   biases)
-        return states, np.exp(np.asarray(logp))
+        return states, np.exp(_log_prob(self, theta, jnp.asarray(states)))
 
     def sample(self, params, n: int, seed: int = 0) -> np.ndarray:
         """``n`` exact draws ``(n, m)`` (0/1 floats) from ``p_theta`` by enumeration."""
@@ -264,11 +263,10 @@ class BoltzmannMachine:
         return np.zeros(self.n_params)
 
 
-@jax.jit
-def _lp(weights, biases, samples):
-    return bc.energy(weights, biases, samples) - bc.log_partition(weights, biases)
-
-
 def _log_prob(model, theta, samples):
-    weights, biases = model.split(theta)
-    return np.asarray(_lp(weights, biases, samples))
+    return np.asarray(_log_prob_jit(model, theta, samples))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _log_prob_jit(model, theta, samples):
+    return model.log_prob_samples(theta, samples)

@@ -19,6 +19,7 @@ indicator (the beta heuristic) reuses the same compiled functions.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, NamedTuple
 
@@ -45,6 +46,11 @@ class SCLData(NamedTuple):
     coefficients ``coef (n, k)`` ``c_ij = beta_j Z_ij`` of every sample and component."""
     samples: Any
     coef: jax.Array
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _component_table(model, theta, samples):
+    return model.component_log_probs(theta, samples)
 
 
 class SCLModel(Model):
@@ -134,6 +140,10 @@ class SCLModel(Model):
                 cols[j] = vals[:, col]
         return jnp.stack(cols, axis=1)
 
+    def component_table(self, theta, samples) -> np.ndarray:
+        """:meth:`component_log_probs` compiled (once per model structure), as NumPy."""
+        return np.asarray(_component_table(self, jnp.asarray(theta, jnp.float64), samples))
+
     def per_sample_scl(self, theta, data: SCLData):
         """``m_theta(x^(i), Z^(i)) = sum_j c_ij S_ij`` (seed eq. 11), ``(n,)``."""
         out = 0.0
@@ -191,6 +201,17 @@ class SCLModel(Model):
                           f"{self.fit_result_['grad_norm']:.3g})", ConvergenceWarning,
                           stacklevel=2)
         return SCLParams(u)
+
+    def static_key(self) -> tuple:
+        """The component model, the components (by group), the prior and the step limit.
+
+        ``lambda``, ``beta``, the kind of ``P(Z)`` and the seed enter the objective only
+        through the prepared coefficients ``c = beta Z`` (:class:`SCLData`), so models that
+        differ only in them share every compiled function (one compilation for a whole
+        grid of policies); the data fingerprint of checkpoints still tells them apart.
+        """
+        return (("base", self.base), ("components", tuple(g.items for g in self.policy.groups)),
+                ("prior_var", self.prior_var), ("max_steps", self.max_steps))
 
     def __repr__(self) -> str:
         return (f"SCLModel({self.base!r}, {self.policy.label()}, seed={self.seed}, "

@@ -19,6 +19,7 @@ leaving a sample out leaves its draw out.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import jax
@@ -194,13 +195,18 @@ def _as_nodes(s):
 
 def draw_selection(policy: Policy, n: int, seed: int) -> np.ndarray:
     """``Z (n, k)`` 0/1 selections, sample ``i`` from ``fold_in(PRNGKey(seed), i)`` alone."""
-    lam = jnp.asarray(policy.lam)
-    group_of = jnp.asarray(policy.group_of)
-    n_groups = len(policy.groups)
-    kind = policy.kind
-    key = jax.random.PRNGKey(int(seed))
+    draw = _compiled_draw(policy.kind, len(policy.groups), tuple(_first_index(policy)))
+    return np.asarray(draw(jnp.asarray(policy.lam), jnp.asarray(policy.group_of),
+                           jax.random.PRNGKey(int(seed)), jnp.arange(int(n))))
 
-    def one(i):
+
+@functools.lru_cache(maxsize=32)
+def _compiled_draw(kind: str, n_groups: int, first: tuple):
+    """The jitted, sample-vmapped draw for one policy structure (compiled once per
+    structure, whatever ``lambda``)."""
+    first = np.asarray(first, dtype=np.int32)
+
+    def one(lam, group_of, key, i):
         u = jax.random.uniform(jax.random.fold_in(key, i), (lam.shape[0],), jnp.float64)
         if kind == "bernoulli":
             return (u < lam).astype(jnp.float64)
@@ -208,14 +214,12 @@ def draw_selection(policy: Policy, n: int, seed: int) -> np.ndarray:
             p = jnp.zeros(n_groups).at[group_of].max(lam)
             chosen = jnp.searchsorted(jnp.cumsum(p), u[0] * jnp.sum(p), side="right")
             return (group_of == jnp.minimum(chosen, n_groups - 1)).astype(jnp.float64)
-        # product: one component per group, by the group's first uniform
-        first = _first_index(policy)
+        # product: one component per group, by the group's first uniform (totals are 1)
         within = jnp.cumsum(lam) - (jnp.cumsum(lam) - lam)[first][group_of]
-        r = u[first][group_of]               # one uniform per group (its total is 1)
-        lower = within - lam
-        return ((r >= lower) & (r < within)).astype(jnp.float64)
+        r = u[first][group_of]
+        return ((r >= within - lam) & (r < within)).astype(jnp.float64)
 
-    return np.asarray(jax.jit(jax.vmap(one))(jnp.arange(int(n))))
+    return jax.jit(jax.vmap(one, (None, None, None, 0)))
 
 
 def _first_index(policy) -> np.ndarray:

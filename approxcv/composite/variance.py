@@ -21,12 +21,15 @@ Two estimates:
 * :func:`sandwich` — from data at a fit: ``V = H^{-1} (sum_i psi_i psi_i^T) H^{-1}``
   (``= Upsilon Sigma Upsilon / n``), with ``H`` the Hessian of the objective and
   ``psi_i = -J[:, i]`` the per-sample scores from the engine's cross-Jacobian
-  (:func:`approxcv.engine.derivatives.gradient_hessian_jacobian`), centred. Corrected: at the
+  ``J = d2F / (dtheta dw)`` (:func:`approxcv.optim.newton.value_and_derivatives`, the
+  one program that computes ``H`` and ``J`` for the fit's polish and the IJ), centred. Corrected: at the
   realised draws ``Z``; paper: with every ``Z_ij`` replaced by ``lambda_j``.
 * :func:`asymptotic_variance` — exact at ``theta_0`` by enumerating the ``2^m`` states of a
   Boltzmann machine (no sampling): the quantity of the seed's Figures 2-3.
 """
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -52,15 +55,16 @@ def sandwich(model, data, params, form: str = "corrected") -> dict:
     Returns:
         ``{"variance": (D, D), "hessian": H (D, D), "scores": psi (n, D)}``.
     """
-    from ..engine.derivatives import gradient_hessian_jacobian
+    from ..optim.newton import value_and_derivatives
     from ..problem import make_problem
     check_choice("form", form, FORMS)
     n = int(data.coef.shape[0])
     if form == "paper":
         data = model.with_coefficients(data, model.coefficients(n, "mean"))
     problem = make_problem(model, data, params, checked=True)
-    _, hess, jac = gradient_hessian_jacobian(problem.fun, jnp.asarray(problem.u_full),
-                                             jnp.ones(n), problem.data)
+    # the fit's Newton polish and the IJ compile this same program
+    _, _, hess, jac = value_and_derivatives(problem.fun, problem.u_full, np.ones(n),
+                                            problem.data, True)
     scores = -np.asarray(jac).T
     centred = scores - scores.mean(0)
     hinv = np.linalg.inv(np.asarray(hess))
@@ -103,5 +107,10 @@ def asymptotic_variance(base, policy, theta0, form: str = "corrected") -> np.nda
 
 def _state_scores(model, theta, states):
     """``grad_theta S_j(x_s)`` for every state and component, ``(S, k, D)`` (forward mode:
-    ``D`` tangents)."""
-    return jax.jit(jax.jacfwd(model.component_log_probs), static_argnums=())(theta, states)
+    ``D`` tangents; compiled once per model structure)."""
+    return _compiled_scores(model)(theta, states)
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled_scores(model):
+    return jax.jit(jax.jacfwd(model.component_log_probs))
