@@ -13,24 +13,21 @@ a scalar for all its components, or one value per component), and the kind of ``
   exactly one component of each group per sample, with the group's ``lambda_j`` (summing
   to 1 in the group; default uniform).
 
-``Z`` is drawn per sample from ``(seed, sample index)`` alone (``fold_in`` of the seed's
-key), so a sample's draw does not depend on the other samples, the folds or their order:
-leaving a sample out leaves its draw out.
+``Z`` is drawn per sample from ``(seed, sample index)`` alone (a counter-based generator,
+:func:`sample_uniforms`), so a sample's draw does not depend on the other samples, the folds
+or their order: leaving a sample out leaves its draw out.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .._validate import check_choice
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from .components import ComponentGroup
 
-__all__ = ["Policy", "draw_selection", "selection_moments", "KINDS"]
+__all__ = ["Policy", "draw_selection", "sample_uniforms", "selection_moments", "KINDS"]
 
 KINDS = ("bernoulli", "multinomial", "product")
 
@@ -194,32 +191,46 @@ def _as_nodes(s):
 
 
 def draw_selection(policy: Policy, n: int, seed: int) -> np.ndarray:
-    """``Z (n, k)`` 0/1 selections, sample ``i`` from ``fold_in(PRNGKey(seed), i)`` alone."""
-    draw = _compiled_draw(policy.kind, len(policy.groups), tuple(_first_index(policy)))
-    return np.asarray(draw(jnp.asarray(policy.lam), jnp.asarray(policy.group_of),
-                           jax.random.PRNGKey(int(seed)), jnp.arange(int(n))))
+    """``Z (n, k)`` 0/1 selections; sample ``i`` uses only the uniforms
+    :func:`sample_uniforms` ``(seed, i)`` (module docstring)."""
+    lam, group_of = policy.lam, policy.group_of
+    k, n_groups = lam.shape[0], len(policy.groups)
+    u = sample_uniforms(seed, n, k)
+    if policy.kind == "bernoulli":
+        return (u < lam).astype(np.float64)
+    if policy.kind == "multinomial":
+        p = np.zeros(n_groups)
+        p[group_of] = lam
+        chosen = np.minimum(np.searchsorted(np.cumsum(p), u[:, 0], side="right"),
+                            n_groups - 1)
+        return (group_of[None] == chosen[:, None]).astype(np.float64)
+    # product: one component of each group, by the group's first uniform (totals are 1)
+    first = _first_index(policy)
+    upper = np.cumsum(lam) - (np.cumsum(lam) - lam)[first][group_of]
+    r = u[:, first][:, group_of]
+    return ((r >= upper - lam) & (r < upper)).astype(np.float64)
 
 
-@functools.lru_cache(maxsize=32)
-def _compiled_draw(kind: str, n_groups: int, first: tuple):
-    """The jitted, sample-vmapped draw for one policy structure (compiled once per
-    structure, whatever ``lambda``)."""
-    first = np.asarray(first, dtype=np.int32)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
-    def one(lam, group_of, key, i):
-        u = jax.random.uniform(jax.random.fold_in(key, i), (lam.shape[0],), jnp.float64)
-        if kind == "bernoulli":
-            return (u < lam).astype(jnp.float64)
-        if kind == "multinomial":
-            p = jnp.zeros(n_groups).at[group_of].max(lam)
-            chosen = jnp.searchsorted(jnp.cumsum(p), u[0] * jnp.sum(p), side="right")
-            return (group_of == jnp.minimum(chosen, n_groups - 1)).astype(jnp.float64)
-        # product: one component per group, by the group's first uniform (totals are 1)
-        within = jnp.cumsum(lam) - (jnp.cumsum(lam) - lam)[first][group_of]
-        r = u[first][group_of]
-        return ((r >= within - lam) & (r < within)).astype(jnp.float64)
 
-    return jax.jit(jax.vmap(one, (None, None, None, 0)))
+def _splitmix64(x):
+    """The splitmix64 finaliser (Steele, Lea and Flood 2014) on uint64 arrays."""
+    with np.errstate(over="ignore"):
+        z = x + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def sample_uniforms(seed: int, n: int, k: int) -> np.ndarray:
+    """``U (n, k)`` uniforms in [0, 1): ``U_ij = splitmix64(splitmix64(splitmix64(seed) ^
+    i) ^ j) / 2^64`` (53 bits), a counter-based generator: row ``i`` depends on ``(seed, i)``
+    only, vectorised over samples, with nothing to compile."""
+    s = _splitmix64(np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF))
+    rows = _splitmix64(s ^ np.arange(int(n), dtype=np.uint64))
+    bits = _splitmix64(rows[:, None] ^ np.arange(int(k), dtype=np.uint64)[None])
+    return (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
 
 
 def _first_index(policy) -> np.ndarray:
