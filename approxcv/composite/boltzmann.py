@@ -197,6 +197,7 @@ class BoltzmannMachine:
         cfg_marg = jnp.asarray(bc.all_states(marg.shape[1]))
 
         def one(x):
+            """``L_C - L_{A u C}`` (conditioned) or ``L_C - E(x)`` per component."""
             num = jax.vmap(lambda c: bc.free_log_sum(weights, biases, x, c, cfg_marg))(marg)
             if not stack.conditioned:
                 return num
@@ -205,7 +206,8 @@ class BoltzmannMachine:
 
         out = jax.vmap(one)(samples)
         if not stack.conditioned:
-            out = out - bc.log_partition(weights, biases)
+            out = out + (bc.energy(weights, biases, samples)
+                         - bc.log_partition(weights, biases))[:, None]
         return out
 
     def unidentified(self, items) -> list:
