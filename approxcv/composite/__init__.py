@@ -3,6 +3,7 @@ estimator with its sandwich variance and cost, the beta heuristic, and policy se
 approximate cross-validation. See ``docs/composite.md``."""
 from .beta import heuristic_beta
 from .boltzmann import BoltzmannMachine
+from .chains import BoltzmannChain, CRFComponents
 from .components import ComponentGroup, full_likelihood, pseudo_likelihood, user_components
 from .cost import component_costs, expected_cost
 from .estimator import SCLFit, fit
@@ -11,7 +12,7 @@ from .policy import Policy, draw_selection, selection_moments
 from .selection import select_policy
 from .variance import asymptotic_variance, sandwich
 
-__all__ = ["BoltzmannMachine", "ComponentGroup", "full_likelihood", "pseudo_likelihood",
+__all__ = ["BoltzmannMachine", "BoltzmannChain", "CRFComponents", "ComponentGroup", "full_likelihood", "pseudo_likelihood",
            "user_components", "Policy", "draw_selection", "selection_moments", "SCLModel",
            "SCLData", "SCLParams", "fit", "SCLFit", "sandwich", "asymptotic_variance",
            "component_costs", "expected_cost", "heuristic_beta", "select_policy"]
