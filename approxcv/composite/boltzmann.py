@@ -223,7 +223,7 @@ class BoltzmannMachine:
             out += [f"b_{i}" for i in range(self.n_nodes) if i not in reach]
         return out
 
-    def component_flops(self, item) -> float:
+    def component_flops(self, item, samples=None) -> float:
         """FLOPs of one component's value and gradient on one sample (the counting rule).
 
         Each configuration summed over costs one multiply-add per energy term for the

@@ -107,14 +107,15 @@ class _Chain:
         """Full log-likelihood of every sentence, ``(n,)``."""
         return self.stack_log_probs(theta, samples, ChainStack((0,), ("full",)))[:, 0]
 
-    def component_flops(self, item) -> float:
-        """FLOPs of a component's value and gradient on one sentence of mean length ``T``
+    def component_flops(self, item, samples=None) -> float:
+        """FLOPs of a component's value and gradient on one sentence of the mean length ``T``
+        of ``samples`` (1 without)
         (the counting rule): each labelling summed over costs one multiply-add per score
         term and one for the gradient, ``4 (k + 1) K^k`` per window of order ``k`` (its
         ``K^k`` labellings, ``k`` emissions and ``k + 1`` transitions, roughly) times
         ``T`` windows; the forward algorithm ``4 T K^2``. Emission partitions of the
         Boltzmann chain add ``4 K V`` per sentence."""
-        t = self.mean_length_
+        t = 1.0 if samples is None else float(np.mean(np.sum(np.asarray(samples.mask), 1)))
         k = self.n_labels
         extra = 4.0 * k * getattr(self, "vocab_size", 0)
         if item[0] == "full":
@@ -139,7 +140,6 @@ class _Chain:
             labels[i, :len(y)] = y
             mask[i, :len(y)] = 1
             obs.append(obs_of(i, x, len(y), t_max))
-        self.mean_length_ = float(np.mean(lengths))
         return ChainSamples(jnp.asarray(np.stack(obs)), jnp.asarray(labels), jnp.asarray(mask))
 
 
@@ -153,7 +153,6 @@ class BoltzmannChain(_Chain):
     def __init__(self, n_labels: int, vocab_size: int):
         self.n_labels = check_positive_int("n_labels", n_labels, 2)
         self.vocab_size = check_positive_int("vocab_size", vocab_size, 2)
-        self.mean_length_ = 1.0
 
     def _key(self):
         return (self.n_labels, self.vocab_size)
@@ -207,7 +206,6 @@ class CRFComponents(_Chain):
     def __init__(self, crf):
         self.crf = crf
         self.n_labels = crf.n_labels
-        self.mean_length_ = 1.0
         self.n_features_ = None
 
     def _key(self):

@@ -16,16 +16,18 @@ import numpy as np
 __all__ = ["component_costs", "expected_cost", "realised_cost"]
 
 
-def component_costs(base, policy) -> np.ndarray:
-    """``c_j`` of every component of ``policy`` on ``base``, ``(k,)``."""
-    return np.array([base.component_flops(item) for item in policy.items], dtype=np.float64)
+def component_costs(base, policy, samples=None) -> np.ndarray:
+    """``c_j`` of every component of ``policy`` on ``base``, ``(k,)`` (``samples``: the
+    prepared data, for models whose cost depends on them, e.g. sentence lengths)."""
+    return np.array([base.component_flops(item, samples) for item in policy.items],
+                    dtype=np.float64)
 
 
-def expected_cost(base, policy, n: int) -> float:
+def expected_cost(base, policy, n: int, samples=None) -> float:
     """``n sum_j lambda_j c_j``: expected FLOPs of the SCL value and gradient."""
-    return float(n * np.dot(policy.lam, component_costs(base, policy)))
+    return float(n * np.dot(policy.lam, component_costs(base, policy, samples)))
 
 
-def realised_cost(base, policy, selections) -> float:
+def realised_cost(base, policy, selections, samples=None) -> float:
     """``sum_ij Z_ij c_j``: the FLOPs of the realised draws ``Z (n, k)``."""
-    return float(np.sum(np.asarray(selections) @ component_costs(base, policy)))
+    return float(np.sum(np.asarray(selections) @ component_costs(base, policy, samples)))

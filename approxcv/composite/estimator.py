@@ -62,12 +62,13 @@ class SCLFit:
     def expected_cost(self) -> float:
         """Expected FLOPs of the SCL value and gradient, ``n sum_j lambda_j c_j``
         (:mod:`approxcv.composite.cost`)."""
-        return expected_cost(self.model.base, self.model.policy, self.n)
+        return expected_cost(self.model.base, self.model.policy, self.n, self.data.samples)
 
     @property
     def realised_cost(self) -> float:
         """FLOPs of the value and gradient at the realised draws, ``sum_ij Z_ij c_j``."""
-        return realised_cost(self.model.base, self.model.policy, self.model.selections(self.n))
+        return realised_cost(self.model.base, self.model.policy,
+                             self.model.selections(self.n), self.data.samples)
 
     def mle_variance(self) -> np.ndarray:
         """The MLE's estimated covariance at the estimate: the inverse Hessian of the full
