@@ -199,8 +199,8 @@ def timing(m=16, n=10_000, n_exact=16, n_estimate=200):
     checked = np.linspace(0, n - 1, n_exact).astype(int)
     for name, pol in (("PL1", scl.Policy(pl(bm, 1))),
                       ("FL", scl.Policy(scl.full_likelihood(bm)))):
-        scl.fit(bm, X, pol)                           # compile
-        f = scl.fit(bm, X, pol)
+        scl.fit(bm, X, pol, max_steps=2000)           # compile
+        f = scl.fit(bm, X, pol, max_steps=2000)
         kw = dict(params=f.params, progress=False, warn=False)
         ij_core(f.model, f.data, f.params, folds.subset([0, 1]))          # compile
         loss, ij_s = ij_core(f.model, f.data, f.params, folds)

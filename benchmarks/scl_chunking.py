@@ -40,6 +40,8 @@ except ImportError:                                   # run as a module from the
 
 TAGS = ("O", "B-NP", "I-NP", "B-VP", "I-VP", "B-PP", "OTHER")
 PRIOR_VAR = 10.0
+#: BFGS steps of every fit (a chain with ~500 parameters takes ~350)
+MAX_STEPS = 2000
 #: tokens seen fewer times in a training sample are one UNK token (V ~ 60 for 100 sentences)
 MIN_COUNT = 3
 
@@ -101,7 +103,7 @@ def chain_experiment(train_sets, test, lams, betas, heuristic_lams):
         for (fam, lam, beta), pol in policies_chain(bm, lams, betas).items():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                f = scl.fit(bm, tr, pol, seed=r, prior_var=PRIOR_VAR)
+                f = scl.fit(bm, tr, pol, seed=r, prior_var=PRIOR_VAR, max_steps=MAX_STEPS)
             rows.append({"resample": r, "family": fam, "lambda": lam, "beta": beta,
                          "gflops": f.expected_cost / 1e9, "fit_seconds": f.seconds,
                          "converged": f.model.fit_result_["converged"],
@@ -112,7 +114,8 @@ def chain_experiment(train_sets, test, lams, betas, heuristic_lams):
                 pol = policies_chain(bm, [lam], [0.5])[(fam, lam, 0.5)]
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    f = scl.fit(bm, tr, pol, seed=r, prior_var=PRIOR_VAR, tune_beta=True)
+                    f = scl.fit(bm, tr, pol, seed=r, prior_var=PRIOR_VAR, tune_beta=True,
+                              max_steps=MAX_STEPS)
                 grid = [x for x in rows if x["resample"] == r and x["family"] == fam
                         and x["lambda"] == lam]
                 best = min(grid, key=lambda x: x["train_ppl"])
@@ -144,7 +147,7 @@ def crf_experiment(train_sets, test, lams):
         for name, pol in pols.items():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                f = scl.fit(comp, tr, pol, seed=r, prior_var=PRIOR_VAR)
+                f = scl.fit(comp, tr, pol, seed=r, prior_var=PRIOR_VAR, max_steps=MAX_STEPS)
             rows.append({"resample": r, "policy": name, "gflops": f.expected_cost / 1e9,
                          "fit_seconds": f.seconds,
                          "train_nll": test_nll_per_token(comp, f.theta, tr),
@@ -161,12 +164,13 @@ def selection_experiment(train, test, lams, betas, folds_k=5):
     folds = acv.folds.kfold(len(tr), folds_k, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        df = scl.select_policy(bm, tr, named, folds, "ij", prior_var=PRIOR_VAR, check=True)
+        df = scl.select_policy(bm, tr, named, folds, "ij", prior_var=PRIOR_VAR, check=True,
+                               max_steps=MAX_STEPS)
     test_ppl = {}
     for name, pol in named.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            f = scl.fit(bm, tr, pol, prior_var=PRIOR_VAR)
+            f = scl.fit(bm, tr, pol, prior_var=PRIOR_VAR, max_steps=MAX_STEPS)
         test_ppl[name] = float(np.exp(test_nll_per_token(bm, f.theta, te)))
     df["test_ppl"] = df["policy"].map(test_ppl)
     best = min(test_ppl, key=test_ppl.get)

@@ -96,7 +96,8 @@ class SCLFit:
 
 
 def fit(model, X, policy: Policy, seed: int = 0, prior_var: float | None = None,
-        tune_beta: bool = False, max_rounds: int = 10, tol: float = 1e-3) -> SCLFit:
+        tune_beta: bool = False, max_rounds: int = 10, tol: float = 1e-3,
+        max_steps: int = 200) -> SCLFit:
     """Maximise the stochastic composite likelihood of ``model`` on ``X`` under ``policy``.
 
     Args:
@@ -108,13 +109,14 @@ def fit(model, X, policy: Policy, seed: int = 0, prior_var: float | None = None,
         tune_beta: choose ``beta`` by the seed's §7 heuristic (Algorithm 1: fit, re-estimate
             ``beta`` at the plug-in estimate, refit warm, until ``beta`` moves less than
             ``tol`` or ``max_rounds``); the policy's ``weight`` is the first ``beta``.
+        max_steps: BFGS steps of each fit.
 
     Raises:
         InvalidDataError: ``X`` is not valid data for ``model`` (named).
         InvalidArgumentError: the policy's components miss a parameter.
     """
     t = time.perf_counter()
-    scl = SCLModel(model, policy, seed=seed, prior_var=prior_var)
+    scl = SCLModel(model, policy, seed=seed, prior_var=prior_var, max_steps=max_steps)
     data = scl.prepare(X)[0]
     params = scl.fit(data)
     history = []
@@ -125,7 +127,7 @@ def fit(model, X, policy: Policy, seed: int = 0, prior_var: float | None = None,
             history.append(beta.tolist())
             old = np.array([v[0] for v in scl.policy.weight])
             scl = SCLModel(model, scl.policy.with_weight(list(beta)), seed=seed,
-                           prior_var=prior_var)
+                           prior_var=prior_var, max_steps=max_steps)
             data = scl.prepare(data.samples)[0]
             params = scl.fit(data, u0=params.theta)
             if np.max(np.abs(beta - old)) < tol:

@@ -18,8 +18,11 @@ __all__ = ["select_policy"]
 
 
 def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 0,
-                  prior_var: float | None = None, check: bool = False) -> pd.DataFrame:
+                  prior_var: float | None = None, check: bool = False,
+                  max_steps: int = 200) -> pd.DataFrame:
     """Rank ``policies`` (a list or a ``{name: Policy}`` dict) by approximate CV.
+
+    ``seed``, ``prior_var`` and ``max_steps`` are passed to every fit (:func:`fit`).
 
     Returns:
         A DataFrame, best first, with per policy: ``cv_loss`` (mean held-out negative log-
@@ -33,7 +36,7 @@ def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 
     named = policies if isinstance(policies, dict) else {p.label(): p for p in policies}
     rows = []
     for name, policy in named.items():
-        f = fit(model, X, policy, seed=seed, prior_var=prior_var)
+        f = fit(model, X, policy, seed=seed, prior_var=prior_var, max_steps=max_steps)
         t = time.perf_counter()
         res = acv.cross_validate(f.model, f.data, folds, method, params=f.params,
                                  progress=False, warn=False)

@@ -51,7 +51,7 @@ def test_cross_validation_is_independent_of_fold_order(bm4):
     bm, X = bm4
     pol = scl.Policy(scl.pseudo_likelihood(bm, 1), select=0.5)
     fit = scl.fit(bm, X, pol, seed=1)
-    folds = [[i] for i in list(range(0, 150, 10)) + [149]]     # test_cv's folds: one compile
+    folds = [[37], [75], [112]]           # the table test's fold count: compiled once
     kw = dict(params=fit.params, progress=False, warn=False)
     a = acv.cross_validate(fit.model, X, folds, "ij", **kw)
     b = acv.cross_validate(fit.model, X, folds[::-1], "ij", **kw)
