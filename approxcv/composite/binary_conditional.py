@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp

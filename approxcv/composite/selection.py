@@ -32,6 +32,7 @@ def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 
         ``exact_rank``. ``df.attrs["choice"]`` is the chosen policy's name.
     """
     import approxcv as acv
+
     from .estimator import fit
     named = policies if isinstance(policies, dict) else {p.label(): p for p in policies}
     rows = []

@@ -2,7 +2,6 @@
 optimiser (scipy)."""
 import jax
 import numpy as np
-import pytest
 import scipy.optimize
 
 import approxcv as acv
@@ -18,7 +17,7 @@ def _brute_conditional(theta, biases, x, a, b):
     s = states(m)
     i, j = np.triu_indices(m, 1)
     logp = s[:, i] * s[:, j] @ theta[:len(i)] + s @ biases
-    agree = lambda idx: np.all(s[:, idx] == x[idx], axis=1)  # noqa: E731
+    agree = lambda idx: np.all(s[:, idx] == x[idx], axis=1)
     num = np.logaddexp.reduce(logp[agree(list(a) + list(b))])
     den = np.logaddexp.reduce(logp[agree(list(b))]) if b else np.logaddexp.reduce(logp)
     return num - den
