@@ -47,17 +47,6 @@ def test_selection_frequencies_and_covariance_match_the_policy(bm, kind, select)
         assert np.all(Z[:, :4].sum(1) == 1) and np.all(Z[:, 4:].sum(1) == 1)
 
 
-def test_cross_validation_is_independent_of_fold_order(bm4):
-    bm, X = bm4
-    pol = scl.Policy(scl.pseudo_likelihood(bm, 1), select=0.5)
-    fit = scl.fit(bm, X, pol, seed=1)
-    folds = [[37], [75], [112]]           # the table test's fold count: compiled once
-    kw = dict(params=fit.params, progress=False, warn=False)
-    a = acv.cross_validate(fit.model, X, folds, "ij", **kw)
-    b = acv.cross_validate(fit.model, X, folds[::-1], "ij", **kw)
-    np.testing.assert_array_equal(a.fold_loss, b.fold_loss[::-1])
-
-
 def test_a_left_out_sample_takes_its_draw_with_it(bm4):
     """F(theta, 1) - F(theta, w_(3)) = -sum_j Z_3j log p(x_j | x_-j), the direct PL1 terms
     of sample 3's own draws."""
