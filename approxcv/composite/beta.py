@@ -40,17 +40,29 @@ def _group_parts(model, data, theta, form):
     return np.asarray(a), np.asarray(s)
 
 
+#: tangents per batch of the forward-mode sweeps (memory: a chain's window tables times this)
+TANGENT_CHUNK = 16
+
+
 @functools.lru_cache(maxsize=32)
 def _compiled_parts(model):
-    """Jitted ``(a, s)`` for one model structure."""
+    """Jitted ``(a, s)`` for one model structure, :data:`TANGENT_CHUNK` tangents at a time
+    (``lax.map`` over the basis: the memory of 16 tangents, not ``D``)."""
     def parts(theta, samples, zg):
         def group_scl(th):
             """``(n, G)``: ``sum_{j in g} Z_ij S_ij``."""
             return jnp.einsum("ik,ikg->ig", model.component_log_probs(th, samples), zg)
 
-        s = jax.jacfwd(group_scl)(theta)                                  # (n, G, D)
-        hess = jax.hessian(lambda th: jnp.sum(group_scl(th), axis=0))(theta)  # (G, D, D)
-        return -jnp.diagonal(hess, axis1=1, axis2=2) / zg.shape[0], s
+        basis = jnp.eye(theta.shape[0], dtype=theta.dtype)
+        _, jvp = jax.linearize(group_scl, theta)
+        s = jnp.moveaxis(jax.lax.map(jvp, basis, batch_size=TANGENT_CHUNK), 0, -1)
+
+        def curvature(e):
+            """``e^T (d2/dtheta2 sum_i group_scl) e`` for every group, ``(G,)``."""
+            grad = jax.jacrev(lambda th: jnp.sum(group_scl(th), axis=0))
+            return jax.jvp(grad, (theta,), (e,))[1] @ e
+        diag = jax.lax.map(curvature, basis, batch_size=TANGENT_CHUNK)         # (D, G)
+        return -diag.T / zg.shape[0], s
     return jax.jit(parts)
 
 
