@@ -20,6 +20,7 @@ jax.config.update("jax_enable_x64", True)
 compilation_cache_dir = _compilation_cache.enable(jax.config)
 
 from . import datasets, engine, errors, folds, inference, models, optim, tuning  # noqa: E402
+from . import composite  # noqa: E402
 from .api import cross_validate  # noqa: E402
 from .engine.methods import register_method  # noqa: E402
 from .problem import Problem, make_problem  # noqa: E402
@@ -34,5 +35,6 @@ def __getattr__(name):
 
 
 __all__ = ["cross_validate", "CVResult", "compare", "folds", "models", "engine", "inference",
+           "composite",
            "datasets", "errors", "tuning", "optim", "plot", "register_method", "Problem",
            "make_problem", "__version__"]

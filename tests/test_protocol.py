@@ -65,6 +65,14 @@ def _case(name):
             adj[s, t] = adj[t, s] = 1
         x = np.random.default_rng(10).poisson([2, 2, 3, 2, 9, 8, 10, 9]).astype(float)
         return m.HiddenPotts(adj, 2, beta=0.5, n_init=1), x, None
+    if name == "SCL-PL1":
+        # stochastic composite likelihood: the 4-node machine and half-selected PL1 policy
+        # of tests/composite (same shapes: the compiled programs are shared)
+        import approxcv.composite as scl
+        from tests.composite.conftest import THETA4
+        bm = scl.BoltzmannMachine(4)
+        policy = scl.Policy(scl.pseudo_likelihood(bm, 1), select=0.5)
+        return scl.SCLModel(bm, policy, seed=1), bm.sample(THETA4, 150, seed=3), None
     X, y = _regression(7)
     if name == "Ridge":
         return m.Ridge(1.0), (X, y), None
@@ -80,7 +88,7 @@ def _case(name):
 
 MODELS = ["PoissonHMM", "GaussianHMM", "GaussianHMM-AR1", "CategoricalHMM", "ARHMM",
           "ARHMM-sequences", "TimeVaryingPoisson", "Ridge", "Logistic", "PoissonRegression",
-          "ElasticNet", "LinearChainCRF", "LinearChainCRF-within", "HiddenPotts"]
+          "ElasticNet", "LinearChainCRF", "LinearChainCRF-within", "HiddenPotts", "SCL-PL1"]
 
 
 @pytest.fixture(scope="module", params=MODELS)

@@ -1,0 +1,103 @@
+"""Cross-validation of SCL fits: IJ against exact refits, policy selection; the beta
+heuristic against a direct computation. Every fit here shares one model structure (PL1 on
+the 4-node machine of ``bm4``), so the whole module compiles one objective."""
+import numpy as np
+import pytest
+import scipy.optimize
+
+import approxcv as acv
+import approxcv.composite as scl
+
+from .conftest import THETA4, states, suff_stats
+
+#: leave-one-sample-out folds checked by exact refits, in calls of three folds: the fold
+#: count of the all-models table test (tests/test_protocol.py, n // 4, n // 2, 3n // 4), so
+#: every fold-shaped program compiles once for both
+CHECKED = ([37, 75, 112], [0, 60, 149], [20, 98, 130])
+
+
+@pytest.fixture(scope="module")
+def pl_fit(bm4):
+    bm, X = bm4
+    return scl.fit(bm, X, scl.Policy(scl.pseudo_likelihood(bm, 1), select=0.5), seed=1), X
+
+
+def test_leave_one_sample_out_ij_agrees_with_exact_refits(pl_fit):
+    fit, X = pl_fit
+    loo = acv.folds.leave_one_out(len(X))
+    kw = dict(params=fit.params, progress=False, warn=False)
+    ij, ex = [], []
+    for checked in CHECKED:
+        folds = loo.subset(checked)
+        ij.append(acv.cross_validate(fit.model, X, folds, "ij", **kw))
+        ex.append(acv.cross_validate(fit.model, X, folds, "exact", restarts=0, **kw))
+    assert all(e.diagnostics["exact_converged"].all() for e in ex)
+    ij_p = np.concatenate([r.params_flat for r in ij])
+    ex_p = np.concatenate([r.params_flat for r in ex])
+    # one sample of 150 out: shifts up to ~0.1, the IJ's parameters within ~7 % of the
+    # largest; fold losses within ~0.5 % (measured), asserted with room
+    shift = np.abs(ex_p - fit.theta).max()
+    err = np.abs(ij_p - ex_p).max()
+    assert shift > 0.02 and err < 0.2 * shift, (shift, err)
+    ij_l = np.concatenate([r.fold_loss for r in ij])
+    ex_l = np.concatenate([r.fold_loss for r in ex])
+    assert np.max(np.abs(ij_l - ex_l) / ex_l) < 0.02
+    # the draws travel with the samples: the same folds in another order give the same
+    # estimates, in that order
+    back = acv.cross_validate(fit.model, X, loo.subset(CHECKED[0][::-1]), "ij", **kw)
+    np.testing.assert_array_equal(back.fold_loss, ij[0].fold_loss[::-1])
+
+
+def test_select_policy_ranks_like_exact_cv(bm4):
+    bm, X = bm4
+    pl1 = scl.pseudo_likelihood(bm, 1)
+    policies = {f"{lam} PL1": scl.Policy(pl1, select=lam) for lam in (1.0, 0.5, 0.2)}
+    folds = acv.folds.leave_one_out(len(X)).subset(CHECKED[0])
+    df = scl.select_policy(bm, X, policies, folds, seed=1, check=True)
+    assert set(df["policy"]) == set(policies)
+    np.testing.assert_allclose(df["cv_loss"], df["exact_loss"], rtol=1e-2)
+    assert df["exact_rank"].tolist() == [1, 2, 3]     # the IJ's ranking is exact CV's
+    assert df.attrs["choice"] == df["policy"].iloc[0] == "1.0 PL1"
+    cost = dict(zip(df["policy"], df["expected_cost"]))
+    assert cost["0.5 PL1"] == pytest.approx(cost["1.0 PL1"] / 2)
+
+
+def test_beta_heuristic_minimises_the_diagonal_criterion_of_direct_scores(bm4):
+    """PL1 (always) + FL (w.p. 0.3), plugged in at theta = THETA4 with the realised draws:
+    a_gl and Q_l from the analytic PL1 scores and the FL scores T(x) - E T (NumPy), J
+    minimised by scipy over beta_FL in (0, 1)."""
+    bm, X = bm4
+    groups = [scl.pseudo_likelihood(bm, 1), scl.full_likelihood(bm)]
+    model = scl.SCLModel(bm, scl.Policy(groups, select=[1.0, 0.3]), seed=4)
+    data = model.prepare(X)[0]
+    beta = scl.heuristic_beta(model, data, scl.SCLParams(THETA4))
+    Z = model.selections(len(X))
+    # direct scores: PL1 (analytic) and FL
+    W = np.zeros((4, 4))
+    W[np.triu_indices(4, 1)] = THETA4
+    W = W + W.T
+    p_on = 1 / (1 + np.exp(-(X @ W)))
+    resid = X - p_on
+    pairs = list(zip(*np.triu_indices(4, 1)))
+    g = np.zeros((len(X), 4, 6))
+    curv = np.zeros((len(X), 4, 6))                   # -d2 S_j / dtheta_kl^2
+    for d, (k, l) in enumerate(pairs):
+        for j, other in ((k, l), (l, k)):
+            g[:, j, d] = resid[:, j] * X[:, other]
+            curv[:, j, d] = p_on[:, j] * (1 - p_on[:, j]) * X[:, other] ** 2
+    S = suff_stats(states(4))
+    pr = np.exp(S @ THETA4 - np.logaddexp.reduce(S @ THETA4))
+    g_fl = suff_stats(X) - pr @ S
+    s_pl = np.einsum("ij,ijd->id", Z[:, :4], g)
+    s_fl = Z[:, 4:5] * g_fl
+    a_pl = np.einsum("ij,ijd->d", Z[:, :4], curv) / len(X)
+    a_fl = Z[:, 4].sum() / len(X) * np.diag((S - pr @ S).T @ ((S - pr @ S) * pr[:, None]))
+
+    def crit(b):
+        sigma = ((1 - b) * s_pl + b * s_fl) ** 2
+        return np.sum(np.log(sigma.mean(0))) - 2 * np.sum(np.log((1 - b) * a_pl + b * a_fl))
+
+    ref = scipy.optimize.minimize_scalar(crit, bounds=(1e-6, 1 - 1e-6), method="bounded",
+                                         options={"xatol": 1e-10})
+    assert 0.02 < ref.x < 0.98                        # an interior optimum
+    np.testing.assert_allclose(beta, [1 - ref.x, ref.x], atol=1e-5)
