@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._validate import check_choice
 from ..optim import batched_minimize
 
@@ -63,7 +64,7 @@ def _compiled_parts(model):
             return jax.jvp(grad, (theta,), (e,))[1] @ e
         diag = jax.lax.map(curvature, basis, batch_size=TANGENT_CHUNK)         # (D, G)
         return -diag.T / zg.shape[0], s
-    return jax.jit(parts)
+    return jit(parts)
 
 
 def beta_criterion(eta, weights, parts):

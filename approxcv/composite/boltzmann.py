@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._validate import as_real_array, check_positive_int
 from ..errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
 from . import binary_conditional as bc
@@ -269,6 +270,6 @@ def _log_prob(model, theta, samples):
     return np.asarray(_log_prob_jit(model, theta, samples))
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jit, static_argnums=0)
 def _log_prob_jit(model, theta, samples):
     return model.log_prob_samples(theta, samples)

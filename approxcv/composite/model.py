@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._validate import check_positive, check_positive_int
 from ..errors import ConvergenceWarning, InvalidArgumentError
 from ..models import constraints as C
@@ -48,7 +49,7 @@ class SCLData(NamedTuple):
     coef: jax.Array
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jit, static_argnums=0)
 def _component_table(model, theta, samples):
     return model.component_log_probs(theta, samples)
 

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._validate import check_choice
 from ..errors import InvalidArgumentError
 from .policy import selection_moments
@@ -113,4 +114,4 @@ def _state_scores(model, theta, states):
 
 @functools.lru_cache(maxsize=32)
 def _compiled_scores(model):
-    return jax.jit(jax.jacfwd(model.component_log_probs))
+    return jit(jax.jacfwd(model.component_log_probs))
