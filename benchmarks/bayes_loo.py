@@ -35,7 +35,7 @@ import numpy as np
 
 import approxcv as acv
 from approxcv import bayes
-from _common import figure, run, save_figure, write_results
+from _common import figure, run, save_figure, write_json, write_results
 
 FAST = {"laplace": ["la", "q", "tq", "waic_g", "waic_v"],
         "ep": ["ep", "q", "tq", "waic_g", "waic_v"]}
@@ -164,6 +164,7 @@ def main(quick: bool):
         for inference in ("laplace", "ep"):
             print(name, inference, flush=True)
             out["datasets"].setdefault(name, {})[inference] = study(X, y, lik, inference)
+            write_json("bayes_loo", quick, out)      # partial results as they come
     X, y, lik = datasets(quick)["ripley_63" if quick else "ripley"]
     print("ccd", flush=True)
     out["ccd_ripley"] = ccd_study(X, y, lik, "laplace")

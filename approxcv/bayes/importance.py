@@ -28,9 +28,11 @@ K_HAT_THRESHOLD = 0.7
 
 def psis_log_weights(log_ratios: np.ndarray):
     """``(log weights (S, n), k_hat (n,))``: arviz-stats' Pareto smoothing of the ratios
-    ``(S, n)`` of each column (``r_eff = 1``), normalised over ``S``."""
+    ``(S, n)`` of each column (``r_eff = 1``), normalised over ``S``. (arviz-stats'
+    ``psislw`` takes log-likelihood-like values and smooths their negatives, hence the
+    sign.)"""
     from arviz_stats.base.array import array_stats
-    lw, k = array_stats.psislw(np.asarray(log_ratios, float).T, r_eff=1.0, axis=-1)
+    lw, k = array_stats.psislw(-np.asarray(log_ratios, float).T, r_eff=1.0, axis=-1)
     lw = np.asarray(lw).T
     return lw - logsumexp(lw, axis=0, keepdims=True), np.asarray(k, float)
 
