@@ -30,7 +30,7 @@ N_NODES = 48
 #: Newton steps that locate the tilted mode
 MODE_STEPS = 12
 #: trapezoid nodes for likelihoods that are not log-concave
-GRID_POINTS = 2001
+GRID_POINTS = 801
 
 
 def gauss_hermite(n: int = N_NODES):
