@@ -1,15 +1,20 @@
-"""LOO estimators against brute force and direct computation on tiny problems.
+"""LOO estimators against brute force and direct computation on tiny problems; the GP
+results' ArviZ conversion and brute force through the executor and checkpoint machinery.
 
 Hyperparameters are fixed (supplied as one draw) except in the type-II MAP and CCD tests, so
 that each inference compiles once for the module.
 """
+from concurrent.futures import ThreadPoolExecutor
+
+import arviz_stats
 import numpy as np
 import pytest
 from scipy import integrate, stats
 
 from approxcv import bayes
+from approxcv.bayes import brute
 from approxcv.bayes.covariance import kernel_matrix
-from approxcv.errors import InvalidArgumentError
+from approxcv.errors import CheckpointError, InvalidArgumentError
 
 N = 16
 THETA_K = np.log([0.5, 0.2, 1.5, 1.0, 1.3])     # constant, linear, SE variance, 2 scales
@@ -140,3 +145,33 @@ def test_quadrature_and_waic_estimators_equal_scipy_integrals(probit):
             # Gauss-Hermite nodes reach it to ~1e-3 relative; the others to round-off
             rel = 2e-3 if m == "q" else 1e-6
             assert got[m][i] == pytest.approx(value, rel=rel, abs=1e-8), (m, i)
+
+
+def test_to_arviz_of_gp_results_is_compared_by_arviz_stats(probit):
+    la = bayes.loo(probit["laplace"], "la")
+    ep = bayes.loo(probit["ep"], "ep")
+    data = la.to_arviz()
+    assert isinstance(data, arviz_stats.ELPDData)
+    np.testing.assert_allclose(np.asarray(data.elpd_i), la.lpd)
+    assert data.elpd == pytest.approx(la.elpd) and data.se == pytest.approx(la.se)
+    table = arviz_stats.compare({"laplace": data, "ep": ep.to_arviz()})
+    assert set(table.index) == {"laplace", "ep"}
+    assert table.loc[table.index[0], "elpd"] == pytest.approx(max(la.elpd, ep.elpd))
+
+
+def test_brute_force_resumes_from_checkpoint_and_runs_on_an_executor(probit, tmp_path, monkeypatch):
+    fitted = probit["laplace"]
+    path = tmp_path / "brute"
+    first = bayes.loo(fitted, "brute", checkpoint=path, batch_size=8)
+    with ThreadPoolExecutor(2) as pool:
+        threaded = bayes.loo(fitted, "brute", executor=pool, batch_size=8)
+    np.testing.assert_array_equal(threaded.lpd, first.lpd)
+
+    def refuse(self, s, rows):
+        raise AssertionError("a checkpointed fold was recomputed")
+    monkeypatch.setattr(brute.BruteBatch, "__call__", refuse)
+    again = bayes.loo(fitted, "brute", checkpoint=path, batch_size=8)
+    np.testing.assert_array_equal(again.lpd, first.lpd)
+    other = bayes.GP("probit").fit(fitted.X, fitted.y, hyper=fitted.points + 0.1)
+    with pytest.raises(CheckpointError):
+        bayes.loo(other, "brute", checkpoint=path, batch_size=8)
