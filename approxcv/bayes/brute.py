@@ -42,7 +42,7 @@ def _leave_out_rows(theta, X, y, rows, warm, *, lik, inference, damping):
         w = jnp.ones(n).at[i].set(0.0)
         start = warm.at[..., i].set(0.0)
         post = latent_posterior(theta, X, y, w, start, lik=lik, inference=inference,
-                                damping=damping)
+                                damping=damping, marginal=False)
         lpd = tilted_moments(lik, y[i][None], phi, post.mean[i][None], post.var[i][None])[0]
         return lpd[0], post.converged, post.iterations
     return jax.vmap(one)(rows)

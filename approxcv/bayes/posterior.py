@@ -46,30 +46,32 @@ def split_theta(theta, d: int):
     return theta[:k], theta[k:]
 
 
-def _laplace(K, y, lik, phi, weights, warm):
+def _laplace(K, y, lik, phi, weights, warm, marginal):
     s = laplace_mode(K, y, lik, phi, weights, warm)
     var = posterior_variance(K, s.W, lik.log_concave)
-    lm = laplace_log_marginal(K, y, lik, phi, weights, s.a)
+    lm = laplace_log_marginal(K, y, lik, phi, weights, s.a) if marginal else jnp.nan
     nan = jnp.full_like(s.f, jnp.nan)
     return Posterior(s.f, var, s.W, s.W * s.f + s.g, s.g, nan, lm, s.converged, s.iterations,
                      s.a)
 
 
-def _ep(K, y, lik, phi, weights, warm, damping):
+def _ep(K, y, lik, phi, weights, warm, damping, marginal):
     s = ep_fit(K, y, lik, phi, weights, warm[0], warm[1], damping)
-    lm = ep_log_marginal(K, y, lik, phi, weights, s.tau, s.nu)
+    lm = ep_log_marginal(K, y, lik, phi, weights, s.tau, s.nu) if marginal else jnp.nan
     return Posterior(s.mu, s.var, s.tau, s.nu, jnp.zeros_like(s.mu), s.log_z, lm, s.converged,
                      s.iterations, jnp.stack([s.tau, s.nu]))
 
 
-@functools.partial(jax.jit, static_argnames=("lik", "inference", "damping"))
-def latent_posterior(theta, X, y, weights, warm, *, lik, inference: str, damping: float = 0.5):
-    """The :class:`Posterior` of ``inference`` ("laplace" or "ep") at ``theta``."""
+@functools.partial(jax.jit, static_argnames=("lik", "inference", "damping", "marginal"))
+def latent_posterior(theta, X, y, weights, warm, *, lik, inference: str, damping: float = 0.5,
+                     marginal: bool = True):
+    """The :class:`Posterior` of ``inference`` ("laplace" or "ep") at ``theta``
+    (``marginal=False``: ``log_marginal`` is NaN, not computed — brute force needs none)."""
     theta_k, phi = split_theta(theta, X.shape[1])
     K = kernel_matrix(theta_k, X)
     if inference == "laplace":
-        return _laplace(K, y, lik, phi, weights, warm)
-    return _ep(K, y, lik, phi, weights, warm, damping)
+        return _laplace(K, y, lik, phi, weights, warm, marginal)
+    return _ep(K, y, lik, phi, weights, warm, damping, marginal)
 
 
 def cold_start(n: int, inference: str):
