@@ -54,9 +54,10 @@ class GP:
 
     def param_names(self, d: int) -> list[str]:
         """Names of the unconstrained hyperparameters for ``d`` inputs."""
-        lik = self.lik
-        return ([*KERNEL_NAMES, *(f"log_lengthscale_{j}" for j in range(d))]
-                + [f"{lik.name}_phi_{j}" for j in range(lik.n_params)])
+        names = getattr(self.lik, "param_names", None)
+        if names is None:
+            names = tuple(f"phi_{j}" for j in range(self.lik.n_params))
+        return [*KERNEL_NAMES, *(f"log_lengthscale_{j}" for j in range(d)), *names]
 
     def init_theta(self, X, y) -> np.ndarray:
         """Start of type-II MAP: unit variances and length scales (GPy's defaults) and the
@@ -178,8 +179,8 @@ class FittedGP:
     def hyperparameters(self) -> dict:
         """``{name: value}`` of :attr:`theta` on the natural scale (``exp`` of the logs)."""
         names = self.gp.param_names(self.X.shape[1])
-        return {name.replace("log_", ""): float(np.exp(v)) for name, v in
-                zip(names, self.theta)}
+        return {name.removeprefix("log_"): float(np.exp(v)) if name.startswith("log_")
+                else float(v) for name, v in zip(names, self.theta)}
 
     def __repr__(self) -> str:
         return (f"FittedGP(likelihood={self.gp.lik.name!r}, inference={self.inference!r}, "

@@ -73,7 +73,8 @@ def laplace_mode(K, y, lik, phi, weights, a0, max_iter: int = 100, tol: float = 
     K, phi = lax.stop_gradient(K), lax.stop_gradient(phi)
 
     def psi_of(a, f):
-        return jnp.sum(site_derivatives(lik, y, f, phi, weights)[0]) - 0.5 * a @ f
+        logp = jax.vmap(lambda yi, fi: lik.log_lik(yi, fi, phi))(y, f)
+        return jnp.sum(weights * logp) - 0.5 * a @ f
 
     def _ladder(a, f, f_new, a_new):
         """Psi on the damping ladder towards ``(f_new, a_new)``: (values, fs, as)."""

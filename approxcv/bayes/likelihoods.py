@@ -8,7 +8,7 @@ configuration) with
   unconstrained hyperparameters (``n_params`` of them, possibly none);
 - ``check(y) -> np.ndarray``: the validated targets (errors from :mod:`approxcv.errors`
   naming ``y``);
-- ``init_params(y)``: a starting ``phi`` for type-II MAP;
+- ``init_params(y)``: a starting ``phi`` for type-II MAP; ``param_names``: its names;
 - ``log_concave``: whether ``log p`` is concave in ``f`` (Laplace and EP then use the
   symmetric, Cholesky-based updates; Student-t is not and uses the damped variant).
 
@@ -52,6 +52,7 @@ class Gaussian:
     """``N(y | f, sigma^2)`` (eq. 6); ``phi = [log sigma]``."""
     name = "gaussian"
     n_params = 1
+    param_names = ("log_noise_sd",)
     log_concave = True
     tilted = None
 
@@ -82,6 +83,7 @@ class Probit:
     """``Phi(y f)`` with ``y`` in {-1, +1}."""
     name = "probit"
     n_params = 0
+    param_names = ()
     log_concave = True
     tilted = staticmethod(_probit_tilted)
 
@@ -100,6 +102,7 @@ class Logit:
     """``1 / (1 + exp(-y f))`` with ``y`` in {-1, +1}."""
     name = "logit"
     n_params = 0
+    param_names = ()
     log_concave = True
     tilted = None
 
@@ -118,6 +121,7 @@ class Poisson:
     """``Poisson(y | exp(f))`` (log link)."""
     name = "poisson"
     n_params = 0
+    param_names = ()
     log_concave = True
     tilted = None
 
@@ -143,6 +147,7 @@ class StudentT:
     nu: float = 4.0
     name = "student_t"
     n_params = 1
+    param_names = ("log_scale",)
     log_concave = False
     tilted = None
 
@@ -170,6 +175,7 @@ class LogLogistic:
     censored ``log S = -log(1 + e^u)``; ``phi = [log r]``."""
     name = "loglogistic"
     n_params = 1
+    param_names = ("log_shape",)
     log_concave = True
     tilted = None
 
