@@ -55,23 +55,25 @@ def _laplace(K, y, lik, phi, weights, warm, marginal):
                      s.a)
 
 
-def _ep(K, y, lik, phi, weights, warm, damping, marginal):
-    s = ep_fit(K, y, lik, phi, weights, warm[0], warm[1], damping)
+def _ep(K, y, lik, phi, weights, warm, damping, marginal, ep_tol):
+    s = ep_fit(K, y, lik, phi, weights, warm[0], warm[1], damping, tol=ep_tol)
     lm = ep_log_marginal(K, y, lik, phi, weights, s.tau, s.nu) if marginal else jnp.nan
     return Posterior(s.mu, s.var, s.tau, s.nu, jnp.zeros_like(s.mu), s.log_z, lm, s.converged,
                      s.iterations, jnp.stack([s.tau, s.nu]))
 
 
-@functools.partial(jax.jit, static_argnames=("lik", "inference", "damping", "marginal"))
+@functools.partial(jax.jit, static_argnames=("lik", "inference", "damping", "marginal",
+                                             "ep_tol"))
 def latent_posterior(theta, X, y, weights, warm, *, lik, inference: str, damping: float = 0.5,
-                     marginal: bool = True):
+                     marginal: bool = True, ep_tol: float = 1e-9):
     """The :class:`Posterior` of ``inference`` ("laplace" or "ep") at ``theta``
-    (``marginal=False``: ``log_marginal`` is NaN, not computed — brute force needs none)."""
+    (``marginal=False``: ``log_marginal`` is NaN, not computed — brute force needs none;
+    ``ep_tol``: EP's convergence tolerance on the site parameters)."""
     theta_k, phi = split_theta(theta, X.shape[1])
     K = kernel_matrix(theta_k, X)
     if inference == "laplace":
         return _laplace(K, y, lik, phi, weights, warm, marginal)
-    return _ep(K, y, lik, phi, weights, warm, damping, marginal)
+    return _ep(K, y, lik, phi, weights, warm, damping, marginal, ep_tol)
 
 
 def cold_start(n: int, inference: str):
