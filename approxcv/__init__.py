@@ -28,13 +28,12 @@ from .results import CVResult, compare  # noqa: E402
 
 
 def __getattr__(name):
-    if name == "plot":  # matplotlib only when asked for
+    if name in ("plot", "bayes"):  # matplotlib / the GP code only when asked for
         import importlib
-        return importlib.import_module(".plot", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'approxcv' has no attribute {name!r}")
 
 
 __all__ = ["cross_validate", "CVResult", "compare", "folds", "models", "engine", "inference",
-           "composite",
-           "datasets", "errors", "tuning", "optim", "plot", "register_method", "Problem",
-           "make_problem", "__version__"]
+           "composite", "datasets", "errors", "tuning", "optim", "plot", "bayes",
+           "register_method", "Problem", "make_problem", "__version__"]

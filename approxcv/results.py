@@ -115,6 +115,38 @@ class CVResult:
                                             self.stage_seconds.items()},
                 **{k: v for k, v in self.diagnostics.items() if np.isscalar(v)}}
 
+    def to_arviz(self):
+        """The result as an arviz-stats ``ELPDData`` (``kind="loo"``): ``elpd_i`` is minus the
+        point losses (one entry per left-out unit, in fold order, coordinate ``obs`` = the
+        unit), ``elpd`` their sum, ``se = sqrt(n) sd(elpd_i)``, ``pareto_k`` from
+        ``diagnostics["pareto_k"]`` where a method reports it (else zeros: no importance
+        sampling happened), ``warning`` if any fold is unreliable. ``arviz_stats.compare``
+        accepts it beside results of any other model or method with the same units.
+
+        Raises:
+            ImportError: arviz-stats (a dependency of approxcv) is not installed.
+        """
+        try:
+            import xarray as xr
+            from arviz_stats.utils import ELPDData
+        except ImportError as err:   # pragma: no cover - a declared dependency
+            raise ImportError("to_arviz() needs arviz-stats: pip install 'arviz-stats[xarray]'"
+                              ) from err
+        elpd_i = -np.concatenate([np.asarray(p, float) for p in self.point_loss])
+        units = np.concatenate([np.asarray(self.folds[i]) for i in range(len(self))])
+        k = self.diagnostics.get("pareto_k")
+        k = np.zeros(elpd_i.size) if k is None else np.asarray(k, float).reshape(-1)
+        n = elpd_i.size
+        coords = {"obs": units}
+        return ELPDData(
+            kind="loo", elpd=float(elpd_i.sum()),
+            se=float(np.sqrt(n) * np.std(elpd_i, ddof=1)) if n > 1 else float("nan"),
+            p=float(self.diagnostics.get("p_loo", np.nan)),
+            n_samples=int(self.diagnostics.get("n_samples", 1)), n_data_points=n,
+            scale="log", warning=bool(self.unreliable.any()), good_k=0.7,
+            elpd_i=xr.DataArray(elpd_i, dims=("obs",), coords=coords),
+            pareto_k=xr.DataArray(k, dims=("obs",), coords=coords))
+
     @property
     def error_estimate(self):
         """``(n_folds,)`` estimated relative error of each fold loss against exact CV

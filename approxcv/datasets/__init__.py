@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = ["available", "load_calls", "describe_calls", "load_basic_motions", "BasicMotions",
            "load_conll2003", "read_conll", "ConllSentence", "NER_TAGS", "load_sids", "SIDS",
-           "load_columbus", "Columbus"]
+           "load_columbus", "Columbus", "load_ripley", "load_pima", "load_boston"]
 
 from .conll2003 import NER_TAGS, ConllSentence, load_conll2003, read_conll  # noqa: E402
 
@@ -37,9 +37,10 @@ def available() -> list[str]:
     Returns
     -------
     list of str
-        Data set names, currently ``["calls", "basic_motions", "sids", "columbus"]``.
+        Data set names, currently ``["calls", "basic_motions", "sids", "columbus",
+        "ripley", "pima", "boston"]``.
     """
-    return ["calls", "basic_motions", "sids", "columbus"]
+    return ["calls", "basic_motions", "sids", "columbus", "ripley", "pima", "boston"]
 
 
 def _read_resource(name: str) -> str:
@@ -287,3 +288,32 @@ def load_columbus() -> Columbus:
     adj, edges = _adjacency("columbus_edges.csv", len(rows))
     return Columbus(cols["polyid"].astype(np.int64), cols["crime"], cols["hoval"],
                     cols["inc"], cols["x"], cols["y"], adj, edges)
+
+
+def _load_gp_csv(name: str):
+    text = _read_resource(name)
+    table = np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, ndmin=2)
+    header = text.split("\n", 1)[0].split(",")
+    return table, header
+
+
+def load_ripley():
+    """Ripley's synthetic two-class data ``synth.tr`` (R MASS; n = 250, d = 2).
+
+    Returns ``(X (250, 2), y (250,))`` with labels -1/+1 (see ``PROVENANCE.md``)."""
+    table, _ = _load_gp_csv("ripley.csv")
+    return table[:, :2], table[:, 2]
+
+
+def load_pima():
+    """Pima Indians diabetes (R MASS ``Pima.tr`` then ``Pima.te``; n = 532, d = 7:
+    npreg, glu, bp, skin, bmi, ped, age). Returns ``(X, y)``, ``y`` = +1 for diabetic."""
+    table, _ = _load_gp_csv("pima.csv")
+    return table[:, :7], table[:, 7]
+
+
+def load_boston():
+    """Boston housing (R MASS ``Boston``; n = 506, 13 covariates, target ``medv``).
+    Returns ``(X (506, 13), y (506,))``; see ``PROVENANCE.md`` on the ``black`` column."""
+    table, _ = _load_gp_csv("boston.csv")
+    return table[:, :13], table[:, 13]

@@ -1,0 +1,188 @@
+"""``GP``: a Gaussian-process model (covariance of :mod:`.covariance`, a likelihood of
+:mod:`.likelihoods`), and ``FittedGP``: its latent posterior at one or more hyperparameter
+points with their weights (eq. 21).
+
+``GP(likelihood="probit").fit(X, y, inference="laplace", hyper="map")``:
+
+- ``hyper="map"``: type-II MAP (one point, weight 1);
+- ``hyper="ccd"``: CCD points around the type-II MAP with their weights (:mod:`.hyper`);
+- ``hyper=array (S, p)``: supplied draws of the unconstrained hyperparameters (e.g. from
+  MCMC), equal weights; or ``(draws, weights)``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._validate import check_choice, check_finite
+from ..errors import ConvergenceWarning, InvalidArgumentError, InvalidDataError
+from . import likelihoods as _lik
+from .covariance import KERNEL_NAMES, n_kernel_params
+from .hyper import ccd_points, fit_map
+from .posterior import INFERENCES, Posterior, cold_start, latent_posterior
+
+__all__ = ["GP", "FittedGP"]
+
+
+@dataclass(frozen=True)
+class GP:
+    """A GP with covariance constant + linear + SE-ARD and the named likelihood.
+
+    Args:
+        likelihood: ``"gaussian"``, ``"probit"``, ``"logit"``, ``"poisson"``,
+            ``"student_t"``, ``"loglogistic"`` or a likelihood object.
+        nu: degrees of freedom of ``"student_t"`` (fixed).
+        prior_sd: sd of the ``N(0, prior_sd^2)`` prior on each log hyperparameter
+            (``None``: no prior, type-II maximum likelihood).
+        damping: EP damping (fraction of each parallel update taken).
+    """
+    likelihood: Any = "probit"
+    nu: float = 4.0
+    prior_sd: float | None = 3.0
+    damping: float = 0.5
+
+    @property
+    def lik(self):
+        if isinstance(self.likelihood, str) and self.likelihood == "student_t":
+            return _lik.get("student_t", nu=float(self.nu))
+        return _lik.get(self.likelihood)
+
+    def param_names(self, d: int) -> list[str]:
+        """Names of the unconstrained hyperparameters for ``d`` inputs."""
+        names = getattr(self.lik, "param_names", None)
+        if names is None:
+            names = tuple(f"phi_{j}" for j in range(self.lik.n_params))
+        return [*KERNEL_NAMES, *(f"log_lengthscale_{j}" for j in range(d)), *names]
+
+    def init_theta(self, X, y) -> np.ndarray:
+        """Start of type-II MAP: unit variances and length scales (GPy's defaults) and the
+        likelihood's own start."""
+        return np.concatenate([np.zeros(n_kernel_params(X.shape[1])),
+                               self.lik.init_params(y)])
+
+    def _check(self, X, y):
+        X = check_finite("X", np.asarray(X, dtype=float))
+        if X.ndim == 1:
+            X = X[:, None]
+        if X.ndim != 2:
+            raise InvalidDataError(f"`X` must be two-dimensional (n, d), got shape {X.shape}")
+        y = self.lik.check(y)
+        if len(X) != len(y):
+            raise InvalidDataError(f"`X` and `y` must have the same length, got {len(X)} "
+                                   f"and {len(y)}")
+        if len(y) < 2:
+            raise InvalidDataError("`y` must hold at least two points")
+        return X, y
+
+    def fit(self, X, y, inference: str = "laplace", hyper="map", theta0=None) -> FittedGP:
+        """Fit the latent posterior and the hyperparameters (module docstring)."""
+        check_choice("inference", inference, INFERENCES)
+        X, y = self._check(X, y)
+        lik = self.lik
+        p = n_kernel_params(X.shape[1]) + lik.n_params
+        t0 = time.perf_counter()
+        Xj, yj = jnp.asarray(X), jnp.asarray(y)
+        map_result = None
+        if isinstance(hyper, str):
+            check_choice("hyper", hyper, ("map", "ccd"))
+            start = self.init_theta(X, y) if theta0 is None else np.asarray(theta0, float)
+            if start.shape != (p,):
+                raise InvalidArgumentError(f"`theta0` must have shape ({p},), got "
+                                           f"{start.shape}")
+            theta_hat, map_result = fit_map(Xj, yj, lik, inference, start, self.prior_sd,
+                                            self.damping)
+            if not map_result.converged:
+                import warnings
+                warnings.warn(f"type-II MAP did not converge (gradient norm "
+                              f"{float(map_result.grad_norm):.3g})", ConvergenceWarning,
+                              stacklevel=2)
+            if hyper == "map":
+                points, weights = theta_hat[None], np.ones(1)
+            else:
+                points, weights = ccd_points(Xj, yj, lik, inference, theta_hat,
+                                             self.prior_sd, self.damping)
+        else:
+            points, weights = _draws(hyper, p)
+            hyper = "draws"
+        posts = posteriors_at(points, Xj, yj, lik, inference, self.damping)
+        jax.block_until_ready(posts)
+        return FittedGP(self, X, y, inference, hyper, np.asarray(points), np.asarray(weights),
+                        posts, map_result, time.perf_counter() - t0)
+
+
+def _draws(hyper, p):
+    if isinstance(hyper, tuple) and len(hyper) == 2:
+        points, weights = (np.asarray(h, float) for h in hyper)
+    else:
+        points = np.asarray(hyper, float)
+        weights = None
+    if points.ndim != 2 or points.shape[1] != p:
+        raise InvalidArgumentError(f"`hyper` draws must have shape (S, {p}), got "
+                                   f"{points.shape}")
+    check_finite("hyper", points)
+    if weights is None:
+        weights = np.full(len(points), 1.0 / len(points))
+    if weights.shape != (len(points),) or np.any(weights < 0) or weights.sum() <= 0:
+        raise InvalidArgumentError("`hyper` weights must be non-negative, one per draw")
+    return points, weights / weights.sum()
+
+
+def posteriors_at(points, X, y, lik, inference, damping, weights=None, warm=None):
+    """The :class:`Posterior` at every row of ``points`` (stacked along a leading axis)."""
+    n = y.shape[0]
+    weights = jnp.ones(n) if weights is None else weights
+    warm = (jnp.broadcast_to(cold_start(n, inference), (len(points),) + cold_start(
+        n, inference).shape) if warm is None else warm)
+
+    def one(theta, w0):
+        return latent_posterior(theta, X, y, weights, w0, lik=lik, inference=inference,
+                                damping=damping)
+    return jax.vmap(one)(jnp.asarray(points), warm)
+
+
+@dataclass
+class FittedGP:
+    """A fitted GP: the data, the inference method, the hyperparameter ``points (S, p)``
+    and normalised ``weights (S,)``, and the stacked :class:`Posterior` at each point.
+    ``map_result``: the type-II MAP optimiser's record (``None`` for supplied draws)."""
+    gp: GP
+    X: np.ndarray
+    y: np.ndarray
+    inference: str
+    hyper: str
+    points: np.ndarray
+    weights: np.ndarray
+    posterior: Posterior
+    map_result: Any = None
+    fit_seconds: float = 0.0
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.y)
+
+    @property
+    def theta(self) -> np.ndarray:
+        """The highest-weight hyperparameter point (the MAP for ``"map"``/``"ccd"``)."""
+        return self.points[int(np.argmax(self.weights))]
+
+    @property
+    def log_marginal(self) -> np.ndarray:
+        """``(S,)`` approximate ``log q(y | theta_s)`` at each point."""
+        return np.asarray(self.posterior.log_marginal)
+
+    def hyperparameters(self) -> dict:
+        """``{name: value}`` of :attr:`theta` on the natural scale (``exp`` of the logs)."""
+        names = self.gp.param_names(self.X.shape[1])
+        return {name.removeprefix("log_"): float(np.exp(v)) if name.startswith("log_")
+                else float(v) for name, v in zip(names, self.theta)}
+
+    def __repr__(self) -> str:
+        return (f"FittedGP(likelihood={self.gp.lik.name!r}, inference={self.inference!r}, "
+                f"hyper={self.hyper!r}, n={self.n}, points={len(self.points)}, "
+                f"log_marginal={float(np.max(self.log_marginal)):.6g})")
