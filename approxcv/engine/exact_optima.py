@@ -24,8 +24,8 @@ one it finds, from three kinds of starts:
    folds' data put them: on the call volumes, PoissonHMM(3) fitted at a local optimum
    left 3 of 30 folds 0.16-1.6 nats above a 20-start search that way). Every fold above
    the lowest refit (full-data objective) that no candidate repairs in a round is then
-   refitted from that refit — a refit per fold, spent only when the fit is shown not to
-   be the best.
+   refitted from that refit — a refit per fold each time the lowest refit changes (at
+   most ``CROSS_ROUNDS``), spent only when the fit is shown not to be the best.
 
 A different start wins only by more than ``RESTART_RTOL * scale`` (a relabelled copy of
 the same optimum, e.g. permuted states, never replaces the warm start). Every fold keeps
