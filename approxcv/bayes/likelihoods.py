@@ -47,21 +47,38 @@ def _as_labels(y) -> np.ndarray:
     return arr
 
 
+class _Likelihood:
+    """Defaults of the likelihoods below: no hyperparameters of its own, log-concave, no
+    closed-form tilted moments, real-valued targets."""
+    n_params = 0
+    param_names = ()
+    log_concave = True
+    tilted = None
+
+    def check(self, y):
+        return _as_vector(y)
+
+    def init_params(self, y):
+        return np.zeros(0)
+
+
+class _BinaryLabels(_Likelihood):
+    """A binary likelihood: targets are labels -1 and +1."""
+
+    def check(self, y):
+        return _as_labels(y)
+
+
 @dataclass(frozen=True)
-class Gaussian:
+class Gaussian(_Likelihood):
     """``N(y | f, sigma^2)`` (eq. 6); ``phi = [log sigma]``."""
     name = "gaussian"
     n_params = 1
     param_names = ("log_noise_sd",)
-    log_concave = True
-    tilted = None
 
     def log_lik(self, y, f, phi):
         s = jnp.exp(phi[0])
         return -0.5 * _LOG_2PI - jnp.log(s) - 0.5 * ((y - f) / s) ** 2
-
-    def check(self, y):
-        return _as_vector(y)
 
     def init_params(self, y):
         return np.array([np.log(0.5 * np.std(y) + 1e-3)])
@@ -79,51 +96,28 @@ def _probit_tilted(y, mean, var):
 
 
 @dataclass(frozen=True)
-class Probit:
+class Probit(_BinaryLabels):
     """``Phi(y f)`` with ``y`` in {-1, +1}."""
     name = "probit"
-    n_params = 0
-    param_names = ()
-    log_concave = True
     tilted = staticmethod(_probit_tilted)
 
     def log_lik(self, y, f, phi):
         return log_ndtr(y * f)
 
-    def check(self, y):
-        return _as_labels(y)
-
-    def init_params(self, y):
-        return np.zeros(0)
-
 
 @dataclass(frozen=True)
-class Logit:
+class Logit(_BinaryLabels):
     """``1 / (1 + exp(-y f))`` with ``y`` in {-1, +1}."""
     name = "logit"
-    n_params = 0
-    param_names = ()
-    log_concave = True
-    tilted = None
 
     def log_lik(self, y, f, phi):
         return -jnp.logaddexp(0.0, -y * f)
 
-    def check(self, y):
-        return _as_labels(y)
-
-    def init_params(self, y):
-        return np.zeros(0)
-
 
 @dataclass(frozen=True)
-class Poisson:
+class Poisson(_Likelihood):
     """``Poisson(y | exp(f))`` (log link)."""
     name = "poisson"
-    n_params = 0
-    param_names = ()
-    log_concave = True
-    tilted = None
 
     def log_lik(self, y, f, phi):
         return y * f - jnp.exp(f) - gammaln(y + 1.0)
@@ -135,12 +129,9 @@ class Poisson:
                                    "Poisson likelihood")
         return arr
 
-    def init_params(self, y):
-        return np.zeros(0)
-
 
 @dataclass(frozen=True)
-class StudentT:
+class StudentT(_Likelihood):
     """Student-t with fixed ``nu`` degrees of freedom and scale ``sigma``;
     ``phi = [log sigma]``. Not log-concave: Laplace uses the damped Newton, EP skips
     updates whose cavity would be improper."""
@@ -149,7 +140,6 @@ class StudentT:
     n_params = 1
     param_names = ("log_scale",)
     log_concave = False
-    tilted = None
 
     def __post_init__(self):
         if not np.isfinite(self.nu) or self.nu <= 0:
@@ -160,15 +150,12 @@ class StudentT:
         return (gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * jnp.log(nu * jnp.pi)
                 - jnp.log(s) - (nu + 1) / 2 * jnp.log1p(((y - f) / s) ** 2 / nu))
 
-    def check(self, y):
-        return _as_vector(y)
-
     def init_params(self, y):
         return np.array([np.log(0.3 * np.std(y) + 1e-3)])
 
 
 @dataclass(frozen=True)
-class LogLogistic:
+class LogLogistic(_Likelihood):
     """Log-logistic survival with right censoring (the seed's Leukemia model, as in
     GPstuff's ``lik_loglogistic``): ``y_i = (t_i, c_i)``, ``c_i = 1`` censored. With shape
     ``r`` and ``u = r (log t - f)``: observed ``log p = log r - log t + u - 2 log(1+e^u)``,
@@ -176,8 +163,6 @@ class LogLogistic:
     name = "loglogistic"
     n_params = 1
     param_names = ("log_shape",)
-    log_concave = True
-    tilted = None
 
     def log_lik(self, y, f, phi):
         t, c = y[0], y[1]
