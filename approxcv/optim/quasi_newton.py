@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .hessian import hessian_by_hvp, tangent_chunk
-from .._compile import compiler_options, jit  # noqa: F401  (compiler_options: earlier home)
+from .._compile import jit
 
 #: L-BFGS history length (optimistix's default)
 LBFGS_HISTORY = 10
