@@ -29,6 +29,26 @@ def write_results(name: str, quick: bool, out: dict, plot) -> str:
     return stem
 
 
+def run_stages(name: str, quick: bool, out: dict, stages) -> dict:
+    """Run ``stages`` (``(key, stage)`` pairs) in order: ``out[key] = stage()`` (a tuple of
+    keys takes a tuple of results), its wall time in ``out["stage_seconds"][key]`` (the
+    first key), and ``out`` written as JSON after each stage, so that partial results
+    survive a stop. Returns ``out``."""
+    import time
+    for keys, stage in stages:
+        t = time.perf_counter()
+        res = stage()
+        if isinstance(keys, tuple):
+            out.update(zip(keys, res))
+            keys = keys[0]
+        else:
+            out[keys] = res
+        out.setdefault("stage_seconds", {})[keys] = time.perf_counter() - t
+        write_json(name, quick, out)
+        print(f"{keys}: {out['stage_seconds'][keys]:.0f} s", flush=True)
+    return out
+
+
 def figure(*args, **kwargs):
     """``plt.subplots(*args, **kwargs)`` on the non-interactive Agg backend."""
     import matplotlib

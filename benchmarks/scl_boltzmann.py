@@ -34,9 +34,9 @@ import approxcv as acv
 import approxcv.composite as scl
 
 try:
-    from _common import figure, run, save_figure, write_json, write_results
+    from _common import figure, run, run_stages, save_figure, write_results
 except ImportError:                                   # run as a module from the repo root
-    from benchmarks._common import figure, run, save_figure, write_json, write_results
+    from benchmarks._common import figure, run, run_stages, save_figure, write_results
 
 
 def seed_theta(m):
@@ -250,12 +250,7 @@ def main(quick: bool):
         ("figure3", lambda: figure3(6, (0.25, 1.0), (0.3, 0.7)) if quick else figure3()),
         ("monte_carlo", lambda: monte_carlo(reps=20 if quick else 300)),
         ("timing", lambda: timing(10, 2000, 8, 20) if quick else timing()))
-    for name, stage in stages:
-        t = time.perf_counter()
-        out[name] = stage()
-        out.setdefault("stage_seconds", {})[name] = time.perf_counter() - t
-        write_json("scl_boltzmann", quick, out)       # partial results survive a stop
-        print(f"{name}: {out['stage_seconds'][name]:.0f} s", flush=True)
+    run_stages("scl_boltzmann", quick, out, stages)
     out["seconds"] = time.perf_counter() - t0
     stem = write_results("scl_boltzmann", quick, out, plot)
     print(f"wrote {stem}.json/.png in {out['seconds']:.0f} s")

@@ -35,9 +35,9 @@ from approxcv.datasets.conll2003 import load_conll2003
 from approxcv.models import LinearChainCRF
 
 try:
-    from _common import figure, run, save_figure, write_json, write_results
+    from _common import figure, run, run_stages, save_figure, write_results
 except ImportError:                                   # run as a module from the repo root
-    from benchmarks._common import figure, run, save_figure, write_json, write_results
+    from benchmarks._common import figure, run, run_stages, save_figure, write_results
 
 TAGS = ("O", "B-NP", "I-NP", "B-VP", "I-VP", "B-PP", "OTHER")
 PRIOR_VAR = 10.0
@@ -201,20 +201,11 @@ def main(quick: bool):
     betas = (0.5,) if quick else (0.2, 0.5, 0.8)
     out = {"quick": quick, "labels": TAGS, "prior_var": PRIOR_VAR, "resamples": reps,
            "n_train": 100, "n_test": len(test), "stage_seconds": {}}
-    for name, stage in (
-            ("chain", lambda: chain_experiment(train_sets[:1], test, chain_lams, betas,
+    run_stages("scl_chunking", quick, out, (
+            (("chain", "beta_heuristic"), lambda: chain_experiment(train_sets[:1], test, chain_lams, betas,
                                                (0.3,) if quick else (0.1,))),
             ("crf", lambda: crf_experiment(train_sets, test, (0.3,) if quick else (0.1, 0.5))),
-            ("selection", lambda: selection_experiment(train_sets[0], test, lams, (0.5,)))):
-        t = time.perf_counter()
-        res = stage()
-        if name == "chain":
-            out["chain"], out["beta_heuristic"] = res
-        else:
-            out[name] = res
-        out["stage_seconds"][name] = time.perf_counter() - t
-        write_json("scl_chunking", quick, out)
-        print(f"{name}: {out['stage_seconds'][name]:.0f} s", flush=True)
+            ("selection", lambda: selection_experiment(train_sets[0], test, lams, (0.5,)))))
     out["seconds"] = time.perf_counter() - t0
     stem = write_results("scl_chunking", quick, out, plot)
     print(f"wrote {stem}.json/.png in {out['seconds']:.0f} s")
