@@ -14,7 +14,8 @@ compile are cached — the few that dominate start-up.
   ``jax.config.update("jax_compilation_cache_dir", ...)`` before importing approxcv) is
   used as it is, with your settings.
 * The cache only grows; delete the directory to reclaim the space (entries are
-  recompiled on demand).
+  recompiled on demand). An entry left half-written by a killed process is repaired at
+  import (:func:`repair`).
 """
 from __future__ import annotations
 
@@ -81,4 +82,22 @@ def enable(config) -> str | None:
     # write: without it an entry is written in place, and a process reading it meanwhile
     # (test workers, exact CV in a process pool) loads a partial executable and crashes
     config.update("jax_compilation_cache_max_size", MAX_CACHE_BYTES)
+    repair(path)
     return str(path)
+
+
+def repair(path: Path) -> int:
+    """Give every cache entry without its access-time file one (time 0: evicted first);
+    returns how many. JAX writes an entry's ``-cache`` file, then its ``-atime`` file; a
+    process killed between the two leaves an entry that JAX's eviction cannot read, and
+    from then on *every* new entry fails to be written (a ``UserWarning`` per program, and
+    no program is cached again). One directory listing at import (~1 ms per 2,000 files)."""
+    try:
+        names = set(os.listdir(path))
+        orphans = [n[:-len("-cache")] for n in names
+                   if n.endswith("-cache") and n[:-len("-cache")] + "-atime" not in names]
+        for key in orphans:
+            (path / f"{key}-atime").write_bytes((0).to_bytes(8, "little"))
+    except OSError:
+        return 0
+    return len(orphans)

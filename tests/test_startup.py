@@ -96,6 +96,17 @@ def test_compilation_cache_directory_and_switch(monkeypatch, tmp_path):
         assert not _compilation_cache.disabled()
 
 
+def test_an_entry_left_without_its_access_time_is_repaired(tmp_path):
+    # a process killed between JAX's two writes; JAX's eviction then fails on every write
+    (tmp_path / "jit_f-1-cache").write_bytes(b"x")
+    (tmp_path / "jit_g-2-cache").write_bytes(b"y")
+    (tmp_path / "jit_g-2-atime").write_bytes((5).to_bytes(8, "little"))
+    assert _compilation_cache.repair(tmp_path) == 1
+    assert (tmp_path / "jit_f-1-atime").read_bytes() == bytes(8)
+    assert (tmp_path / "jit_g-2-atime").read_bytes() == (5).to_bytes(8, "little")
+    assert _compilation_cache.repair(tmp_path) == 0
+
+
 @pytest.mark.parametrize("off", [False, True])
 def test_import_configures_the_cache_unless_turned_off(tmp_path, off):
     env = {"XDG_CACHE_HOME": str(tmp_path), "PATH": "", "HOME": str(tmp_path)}
