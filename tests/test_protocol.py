@@ -137,6 +137,11 @@ def test_protocol_invariants(row):
     fold, points = model.heldout_loss(params, prepared, jnp.asarray(w), level=level)
     points = np.asarray(points)
     assert np.all(np.isfinite(points[w == 0])) and np.all(points[w == 1] == 0.0)
+    # one unit out: its point loss is the fold loss (the engine relies on it for
+    # leave-one-out, engine.batching)
+    w[0] = 1.0
+    fold, points = model.heldout_loss(params, prepared, jnp.asarray(w), level=level)
+    np.testing.assert_allclose(np.asarray(points)[n - 1], float(fold), rtol=1e-8, err_msg=name)
     # w = 1 reproduces the fit: the fit is stationary for the weighted objective at unit
     # weights (the fits stop at ||grad|| <= 1e-7 x scale; a refit from there would not move)
     problem = acv.make_problem(model, prepared, params, level=level)

@@ -65,9 +65,18 @@ def fold_batch_size(problem, n_folds: int) -> int:
 
 @partial(jit, static_argnums=(0, 4, 5))
 def _heldout(heldout, params_flat, index, data, n: int, batch_size: int):
+    """Fold and point losses of every fold. Folds of at most one unit (``index`` of width
+    1: leave-one-out) take the point loss from the fold loss — by the protocol's
+    definitions ``-log p(x_o | x_kept)`` and ``-log p(x_t | x_kept)`` coincide for
+    ``o = {t}`` — so the model's per-unit computation is unused and compiled away (for a
+    hidden MRF, the backward elimination of its site marginals)."""
+    single = index.shape[1] == 1
+
     def one(args):
         u, idx = args
         fold, points = heldout(u, fold_weights(idx, n), data)
+        if single:
+            return fold, jnp.where(idx < n, fold, 0.0)
         return fold, points.at[idx].get(mode="fill", fill_value=0.0)
     return map_batches(one, (params_flat, index), batch_size)
 
