@@ -353,10 +353,19 @@ def weighted_potentials(plan: EliminationPlan, unary, pairwise, weights, scheme:
 
 @functools.partial(jit, static_argnums=(0, 5))
 def weighted_log_marginal(plan: EliminationPlan, field_unary, field_pairwise, log_lik,
-                          weights, scheme: str = "A"):
+                          weights, scheme: str = "A", field_log_normalizer=None):
     """``log p_scheme(x; w)`` of a hidden MRF (module docstring, seed eq. 4-5), the
     latent field's weighted normaliser included. ``field_unary (n, K)``, ``field_pairwise``
-    ``(K, K)`` or ``(E, K, K)``, ``log_lik (n, K)``, ``weights (n,)``."""
+    ``(K, K)`` or ``(E, K, K)``, ``log_lik (n, K)``, ``weights (n,)``.
+
+    ``field_log_normalizer``: ``log Z_field`` when the caller has it (scheme A only: there
+    it depends on neither ``log_lik`` nor ``w``), saving one of the two eliminations.
+    """
+    if field_log_normalizer is not None:
+        if scheme != "A":
+            raise ValueError("`field_log_normalizer` is a constant only under scheme 'A'")
+        h, pair = weighted_potentials(plan, field_unary, field_pairwise, weights, "A")
+        return log_partition(plan, h + log_lik * weights[:, None], pair) - field_log_normalizer
     h, pair = weighted_potentials(plan, field_unary, field_pairwise, weights, scheme)
     # numerator and normaliser in one batched elimination (one scan in the program)
     log_z = jax.vmap(log_partition, (None, 0, None))(

@@ -47,7 +47,9 @@ def em_parts(model, unravel, scheme: str = "A"):
 
     def log_partition(phi, w, data):
         unary, pair = model.field_potentials()
-        return elimination.weighted_log_marginal(model.plan_, unary, pair, phi, w, scheme)
+        return elimination.weighted_log_marginal(
+            model.plan_, unary, pair, phi, w, scheme,
+            model.field_log_normalizer() if scheme == "A" else None)
 
     def log_prior(u, data):
         return model.log_prior(unravel(u))

@@ -122,6 +122,7 @@ class HiddenPotts(Model):
         self.plan_ = elimination.build_plan(self.n_sites, self.edges)
         elimination.check_memory(self.plan_, self.n_states, self.max_bytes)
         self.fit_result_: dict | None = None
+        self._field_log_z: float | None = None
 
     @property
     def adjacency(self) -> np.ndarray:
@@ -205,6 +206,17 @@ class HiddenPotts(Model):
         k = self.n_states
         return jnp.zeros((self.n_sites, k)), self.beta * jnp.eye(k)
 
+    def field_log_normalizer(self) -> float:
+        """``log Z(beta)`` of the latent field with every site kept (scheme A's normaliser,
+        a constant of the model): one elimination, at the first call, then cached."""
+        if self._field_log_z is None:
+            import jax
+            with jax.ensure_compile_time_eval():      # a constant even inside a trace
+                unary, pair = self.field_potentials()
+                self._field_log_z = float(elimination.log_partition(
+                    self.plan_, unary, jnp.broadcast_to(pair, (len(self.edges),) + pair.shape)))
+        return self._field_log_z
+
     def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
         """``n`` starts: emissions at (jittered, after the first) quantiles of the data."""
         data, _, _ = self.prepare(data, level)
@@ -231,9 +243,9 @@ class HiddenPotts(Model):
         data, _, n = self.prepare(data, level)
         weights = check_weights(weights, n, "site")
         unary, pair = self.field_potentials()
-        ll = elimination.weighted_log_marginal(self.plan_, unary, pair,
-                                               self.emission_log_lik(params, data), weights,
-                                               scheme)
+        ll = elimination.weighted_log_marginal(
+            self.plan_, unary, pair, self.emission_log_lik(params, data), weights, scheme,
+            self.field_log_normalizer() if scheme == "A" else None)
         return -ll - self.log_prior(params)
 
     def heldout_loss(self, params, data, weights, level: str | None = None):
