@@ -24,10 +24,12 @@ is :func:`approxcv.cross_validate`; this module only tunes.
   Penalty weights are kept positive by optimising ``rho = log lam`` (``dACV/drho = lam *
   dACV/dlam``). Hessians are factored by the package's one jitter policy
   (:func:`approxcv.optim.jittered_cholesky`); more than a negligible jitter raises.
-* :func:`tune_regularization` runs Algorithm 1 (full gradient) or Algorithm 2 (stochastic:
-  a random mini-batch of LOO terms per step) of the seed paper with an optax optimiser,
-  refitting warm-started at every step; it returns the path as a DataFrame and the
-  :class:`~approxcv.results.CVResult` of leave-one-out CV at the best weights.
+* :func:`tune_regularization` takes Newton steps with the exact Hessian of ALOOCV in
+  ``log lam`` (:mod:`approxcv.tuning_newton`; the default for a smooth penalty with at most
+  :data:`NEWTON_MAX_WEIGHTS` weights), or runs Algorithm 1 (full gradient) or Algorithm 2
+  (stochastic: a random mini-batch of LOO terms per step) of the seed paper with an optax
+  optimiser, refitting warm-started at every step; it returns the path as a DataFrame and
+  the :class:`~approxcv.results.CVResult` of leave-one-out CV at the best weights.
 
 Example:
     >>> import numpy as np
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import jax
@@ -62,7 +64,8 @@ from .optim.pd import jittered_cholesky
 from .results import CVResult
 from ._compile import jit
 
-__all__ = ["aloocv_gradient", "TuneResult", "tune_regularization", "GRADIENTS"]
+__all__ = ["aloocv_gradient", "TuneResult", "tune_regularization", "resolve_algorithm",
+           "GRADIENTS", "NEWTON_MAX_WEIGHTS"]
 
 GRADIENTS = ("implicit", "seed", "full_fit_hessian")
 
@@ -181,7 +184,7 @@ def aloocv_gradient(model, data, params=None, *, gradient: str = "implicit", sub
                              batch_size)
 
 
-@dataclass
+@dataclass(eq=False)
 class TuneResult:
     """Outcome of :func:`tune_regularization`.
 
@@ -197,17 +200,31 @@ class TuneResult:
         model: ``model.with_lam(best_lam)``.
         cv: :class:`~approxcv.results.CVResult` of leave-one-out CV of ``model`` at
             ``best_params`` by ``method`` (default ``"ns"``: its mean fold loss is
-            ``best_acv``).
-        algorithm, gradient: the settings used.
+            ``best_acv``); computed at the first access.
+        algorithm, gradient: the settings used (``algorithm`` as resolved from
+            ``"auto"``).
+        converged: the tuning's own stopping test was met (``"newton"``: the gradient
+            test; the first-order algorithms run ``max_iter`` steps or stop at ``tol``
+            and report ``True``).
     """
     path: pd.DataFrame
     best_lam: np.ndarray
     best_acv: float
     best_params: tuple
     model: object
-    cv: CVResult
+    _cv_thunk: object = field(repr=False)
     algorithm: str
     gradient: str
+    converged: bool = True
+    _cv: object = field(default=None, repr=False)
+
+    @property
+    def cv(self) -> CVResult:
+        """Leave-one-out :class:`~approxcv.results.CVResult` at the best weights (computed
+        once, at the first access)."""
+        if self._cv is None:
+            self._cv = self._cv_thunk()
+        return self._cv
 
     @property
     def lam_path(self) -> np.ndarray:
@@ -248,23 +265,104 @@ def _warn_support_change(u, support_prev, it, warn, warned) -> bool:
     return True
 
 
-def tune_regularization(model, data, lam0, *, algorithm: str = "full",
+#: ``algorithm="auto"`` takes Newton steps for at most this many penalty weights
+NEWTON_MAX_WEIGHTS = 10
+
+
+def resolve_algorithm(model, algorithm: str) -> str:
+    """``"auto"`` -> ``"newton"`` for a smooth penalty (no elastic-net support, which makes
+    ALOOCV piecewise smooth in ``lam``) with at most :data:`NEWTON_MAX_WEIGHTS` weights: its
+    Hessian in ``log lam`` costs one derivative sweep per weight, and a handful of Newton
+    steps replace tens of first-order ones; otherwise ``"full"`` (Adam on the exact
+    gradient). Other values are returned checked."""
+    check_choice("algorithm", algorithm, ("auto", "newton", "full", "stochastic"))
+    smooth = bool(getattr(model, "smooth_penalty", False))
+    if algorithm == "newton" and not smooth:
+        raise InvalidArgumentError(
+            "`algorithm='newton'` needs a smooth penalty; the elastic net's ALOOCV is only "
+            "piecewise smooth in lam (its support changes): use 'full' or 'stochastic'")
+    if algorithm != "auto":
+        return algorithm
+    m = int(np.asarray(model.lam_vector()).size)
+    return "newton" if smooth and m <= NEWTON_MAX_WEIGHTS else "full"
+
+
+def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for) -> TuneResult:
+    """:func:`approxcv.tuning_newton.newton_tune` from ``lam`` (the fit from zero, by the
+    loop's own Newton refits), its path as a DataFrame."""
+    from .errors import ConvergenceWarning
+    from .tuning_newton import newton_tune
+    design = model.design(prepared)
+    u0 = jnp.zeros(design.shape[1])
+    prob = model.smooth_problem(prepared, u0)
+    t0 = time.perf_counter()
+    res = newton_tune(u0, jnp.log(jnp.asarray(lam)), prob.design, prob.y, prob.aux,
+                      prob.loss_fn, prob.penalty_fn, max_iter=max_iter)
+    jax.block_until_ready(res)
+    seconds = time.perf_counter() - t0
+    acv_path = np.asarray(res.path_acv)
+    rows_n = int(np.sum(np.isfinite(acv_path)))
+    if rows_n == 0 or not np.isfinite(float(res.acv)):
+        raise NotPositiveDefiniteError(
+            "the ALOOCV estimate is not finite at lam0: a (leave-one-out) Hessian is not "
+            "positive definite (too little regularisation?)")
+    u = res.u
+    lam_path = np.exp(np.asarray(res.path_rho)[:rows_n])
+    rows = []
+    for j in range(rows_n):
+        last = j == rows_n - 1
+        row = {"iteration": j, "acv": acv_path[j], "acv_full": acv_path[j],
+               "grad_norm": float(np.asarray(res.path_grad_norm)[j]),
+               "seconds": seconds if last else np.nan,
+               "test_loss": _test_loss(model, test, u) if last else np.nan}
+        row.update({"lam": lam_path[j, 0]} if lam_path.shape[1] == 1 else
+                   {f"lam_{k}": lam_path[j, k] for k in range(lam_path.shape[1])})
+        rows.append(row)
+    path = pd.DataFrame(rows)
+    if test is None:
+        path = path.drop(columns="test_loss")
+    converged = bool(res.converged)
+    if not converged:
+        warnings.warn(f"tune_regularization (newton): the gradient test was not met in "
+                      f"{max_iter} steps (|dACV/dlog lam| = {float(jnp.max(jnp.abs(res.grad))):.3g})"
+                      "; or a Hessian needed jitter", ConvergenceWarning, stacklevel=3)
+    if not bool(res.refit_converged):
+        warnings.warn("tune_regularization (newton): a refit along the path did not reach "
+                      "its gradient tolerance", ConvergenceWarning, stacklevel=3)
+    best_lam = np.exp(np.asarray(res.rho))
+    best_model = model.with_lam(best_lam)
+    best_params = best_model.flat_to_params(u)
+    return TuneResult(path, best_lam, float(res.acv), best_params, best_model,
+                      cv_thunk_for(best_model, best_params), "newton", "implicit", converged)
+
+
+def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
                         gradient: str = "implicit", optimizer=None,
                         learning_rate: float = 0.1, max_iter: int = 50,
                         batch_size: int | None = None, eval_every: int = 10, seed: int = 0,
                         tol: float = 0.0, test_data=None, method: str = "ns",
                         warn: bool = True) -> TuneResult:
-    """Tune penalty weights by gradient descent on ALOOCV in ``log lam`` (seed Algorithms 1/2).
+    """Tune penalty weights on ALOOCV in ``rho = log lam``: Newton steps with its exact
+    Hessian, or gradient descent (seed Algorithms 1/2).
 
-    Every iteration refits the model warm-started at the previous fit, computes ALOOCV and
-    its gradient (:func:`aloocv_gradient`), and takes one optax step on ``rho = log lam``.
+    ``"newton"`` (:mod:`approxcv.tuning_newton`): damped Newton steps on ``rho`` with the
+    exact gradient and Hessian of ALOOCV (implicit differentiation through the fit), refits
+    by Newton on the smooth objective, the whole loop one compiled program; it stops at a
+    stationary point (``|dACV/drho| <= 1e-9 (1 + ACV)``). ``"full"``/``"stochastic"``:
+    every iteration refits the model warm-started at the previous fit, computes ALOOCV and
+    its gradient (:func:`aloocv_gradient`), and takes one optax step on ``rho``.
 
     Args:
         model: an ERM model; its weights are replaced by ``lam0`` and the iterates.
         data: ``(X, y)``.
         lam0: starting weights, positive, ``(m,)`` or a scalar broadcast to ``m``.
-        algorithm: ``"full"`` (Algorithm 1: all ``n`` LOO terms per step) or
-            ``"stochastic"`` (Algorithm 2: ``batch_size`` random LOO terms per step).
+        algorithm: ``"auto"`` (default: :func:`resolve_algorithm` — ``"newton"`` for a
+            smooth penalty with at most :data:`NEWTON_MAX_WEIGHTS` weights, else
+            ``"full"``), ``"newton"``, ``"full"`` (Algorithm 1: Adam on all ``n`` LOO
+            terms per step) or ``"stochastic"`` (Algorithm 2: ``batch_size`` random LOO
+            terms per step). ``"newton"`` ignores ``gradient``, ``optimizer``,
+            ``learning_rate``, ``batch_size``, ``eval_every``, ``seed`` and ``tol``; its
+            path has the accepted points, ``seconds`` and ``test_loss`` at the last only.
         gradient: one of :data:`GRADIENTS`.
         optimizer: an ``optax.GradientTransformation``; default ``optax.adam(learning_rate)``.
         learning_rate: step size of the default optimiser (in ``log lam``).
@@ -287,7 +385,7 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "full",
 
     from .api import cross_validate
 
-    check_choice("algorithm", algorithm, ("full", "stochastic"))
+    algorithm = resolve_algorithm(model, algorithm)
     check_choice("gradient", gradient, GRADIENTS)
     get_method(method)
     max_iter = check_positive_int("max_iter", max_iter)
@@ -297,6 +395,12 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "full",
     lam = _check_lam0(model, lam0)
     prepared, _, n = model.prepare(data)
     test = model.prepare(test_data)[0] if test_data is not None else None
+
+    def cv_thunk_for(best_model, best_params):
+        return lambda: cross_validate(best_model, prepared, leave_one_out(n), method,
+                                      params=best_params, progress=False, warn=warn)
+    if algorithm == "newton":
+        return _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for)
     if algorithm == "stochastic":
         batch_size = min(check_positive_int("batch_size", batch_size or max(1, n // 10)), n)
     rng = np.random.default_rng(seed)
@@ -345,7 +449,5 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "full",
     best_lam = np.atleast_1d(np.asarray(path.iloc[best][names], dtype=np.float64))
     best_model = model.with_lam(best_lam)
     best_params = best_model.fit(prepared)
-    cv = cross_validate(best_model, prepared, leave_one_out(n), method, params=best_params,
-                        progress=False, warn=warn)
     return TuneResult(path, best_lam, float(path["acv_full"].iloc[best]), best_params,
-                      best_model, cv, algorithm, gradient)
+                      best_model, cv_thunk_for(best_model, best_params), algorithm, gradient)

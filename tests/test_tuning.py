@@ -140,8 +140,8 @@ def test_algorithm_1_tunes_per_coordinate_ridge():
     n, p = 80, 10
     X = rng.normal(size=(n, p))
     y = X[:, :3] @ [2.0, -1.5, 1.0] + rng.normal(size=n)
-    res = tune_regularization(Ridge(np.ones(p)), (X, y), 1.0, max_iter=25, learning_rate=0.3,
-                              test_data=(X[:20] + 0.1, y[:20]))
+    res = tune_regularization(Ridge(np.ones(p)), (X, y), 1.0, algorithm="full", max_iter=25,
+                              learning_rate=0.3, test_data=(X[:20] + 0.1, y[:20]))
     path = res.path
     assert {"iteration", "acv", "acv_full", "seconds", "test_loss", "lam_0", "lam_9"} <= set(
         path.columns)
@@ -178,10 +178,37 @@ def test_tuning_argument_errors(ridge_data):
     with pytest.raises(InvalidArgumentError, match="`lam0` must be positive"):
         tune_regularization(Ridge(1.0), (X, y), 0.0)
     with pytest.raises(InvalidArgumentError, match="`algorithm`"):
-        tune_regularization(Ridge(1.0), (X, y), 1.0, algorithm="newton")
+        tune_regularization(Ridge(1.0), (X, y), 1.0, algorithm="bfgs")
+    with pytest.raises(InvalidArgumentError, match="smooth penalty"):
+        tune_regularization(ElasticNet(1.0, 1.0), (X, y), [1.0, 1.0], algorithm="newton")
     with pytest.raises(InvalidArgumentError, match="`gradient`"):
         aloocv_gradient(Ridge(1.0), (X, y), gradient="fd")
     with pytest.raises(ArgumentTypeError, match="`optimizer`"):
         tune_regularization(Ridge(1.0), (X, y), 1.0, optimizer="adam")
     with pytest.raises(InvalidArgumentError, match="`method`"):
         tune_regularization(Ridge(1.0), (X, y), 1.0, method="aloo")
+
+
+def test_newton_and_adam_reach_the_closed_form_loo_optimum(ridge_data):
+    """Ridge: ALOOCV is exact LOO, ``mean (r_i / (1 - h_i))^2 / 2``; its minimiser in lam
+    by a scalar search on the closed form, against Newton steps and Adam."""
+    from scipy.optimize import minimize_scalar
+    X, y = ridge_data
+    A = np.column_stack([X, np.ones(len(y))])
+
+    def closed_form_loo(log_lam):
+        pen = np.exp(log_lam) * np.diag([1.0] * X.shape[1] + [0.0])
+        hat = A @ np.linalg.solve(A.T @ A + pen, A.T)
+        r = y - hat @ y
+        return np.mean(0.5 * (r / (1 - np.diag(hat))) ** 2)
+    best = minimize_scalar(closed_form_loo, bounds=(-8, 8), method="bounded",
+                           options={"xatol": 1e-10})
+    newton = tune_regularization(Ridge(1.0), (X, y), 1.0)
+    assert newton.algorithm == "newton" and newton.converged
+    assert newton.best_lam[0] == pytest.approx(np.exp(best.x), rel=1e-5)
+    assert newton.best_acv == pytest.approx(best.fun, rel=1e-9)
+    assert len(newton.path) <= 10 and np.all(np.diff(newton.path["acv"]) <= 0)
+    adam = tune_regularization(Ridge(1.0), (X, y), 1.0, algorithm="full", max_iter=40,
+                               learning_rate=0.3)
+    assert adam.best_acv == pytest.approx(newton.best_acv, rel=1e-4)
+    assert adam.best_acv >= newton.best_acv * (1 - 1e-12)

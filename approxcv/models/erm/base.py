@@ -150,6 +150,9 @@ class ERM(Model):
     #: weak regularisation and on near-separable data (docs/erm.md)
     default_method = "ns"
     refit_restarts = 0
+    #: the penalty is smooth in ``theta``, so ALOOCV is smooth in ``lam``
+    #: (``tune_regularization`` may take Newton steps on it)
+    smooth_penalty = True
 
     def __init__(self, lam=1.0, *, fit_intercept: bool = True, max_steps: int = 1000):
         self.lam = check_lam(lam, "lam")

@@ -189,6 +189,8 @@ class ElasticNet(ERM):
     """
     params_type = ElasticNetParams
     refit_solver = None            # exact CV uses batched_refit (proximal), never Newton
+    #: ALOOCV is only piecewise smooth in lam (the support changes): no Newton tuning
+    smooth_penalty = False
 
     def __init__(self, lam1: float = 1.0, lam2: float = 0.0, *, fit_intercept: bool = True,
                  max_steps: int = 20000):
