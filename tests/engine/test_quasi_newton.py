@@ -86,6 +86,15 @@ def test_shared_derivatives_equal_the_engine_sweep_and_polish_reaches_round_off(
     assert value_and_derivatives(weighted, u, w, a, with_jacobian=False)[3] is None
     polished, f, gnorm = newton_polish(weighted, u, w, a, num_steps=6)
     assert gnorm < 1e-10 and f <= float(value)
+    # many units: new points checked by their gradient first; the same steps and point
+    from approxcv.optim import newton
+    old, newton.GRADIENT_CHECK_MIN_UNITS = newton.GRADIENT_CHECK_MIN_UNITS, 1
+    try:
+        again = newton_polish(weighted, u, w, a, num_steps=6)
+    finally:
+        newton.GRADIENT_CHECK_MIN_UNITS = old
+    np.testing.assert_allclose(again[0], polished, rtol=1e-12, atol=1e-14)
+    assert again[2] < 1e-10
     solve = batched_minimize(weighted, float(n), 1000, 0)
     res = solve(np.stack([u, u, -u]), np.stack([w, w, w]), a)
     out = polish_rows(weighted, res, np.stack([w, w, w]), a, float(n))
