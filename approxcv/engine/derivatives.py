@@ -15,7 +15,7 @@ from functools import partial
 import jax
 import numpy as np
 
-from ..optim.hessian import SWEEP_BUDGET, data_entries, hessian_by_hvp, tangent_chunk  # noqa: F401
+from ..optim.hessian import SWEEP_BUDGET, data_entries, hessian_by_hvp, sweep_chunk, tangent_chunk  # noqa: F401
 from .._compile import jit
 
 
@@ -52,7 +52,7 @@ def full_derivatives(problem, options, with_jacobian: bool):
     """``(g (D,), H (D, D), J (D, n) or None)`` of ``problem`` at the fit, ``w = 1``.
 
     One forward-over-reverse sweep over all the data when ``D`` tangents of it fit in
-    :data:`SWEEP_BUDGET` entries: the compiled program of
+    the memory budget of :func:`~approxcv.optim.hessian.sweep_chunk`: the compiled program of
     :func:`~approxcv.optim.newton.value_and_derivatives`, which the fit's Newton polish
     already built (with ``J`` wherever ``D x n`` is small enough for the polish to ask for
     it, so a caller that needs no ``J`` reuses it too and drops ``J``). Otherwise, at
@@ -64,7 +64,8 @@ def full_derivatives(problem, options, with_jacobian: bool):
     from ..optim.newton import polish_jacobian, value_and_derivatives
     from .accumulate import has_unit_axis, structure_derivatives
     dim = int(np.shape(problem.u_full)[0])
-    chunk = tangent_chunk(problem.data, max_chunk=dim, budget=SWEEP_BUDGET)
+    chunk = sweep_chunk(problem.fun, problem.u_full, np.ones(problem.n_units), problem.data,
+                        max_chunk=dim)
     structure = options.level == "structure" and has_unit_axis(problem.data, problem.n_units)
     if structure and (chunk < dim or options.executor is not None):
         return structure_derivatives(

@@ -182,7 +182,7 @@ def fit_state(problem, options, strict: bool = True, with_hessian: bool = False)
     """
     t = time.perf_counter()
     hess = None
-    if options.dense(int(problem.u_full.shape[0])):
+    if options.dense(int(problem.u_full.shape[0]), problem.n_units):
         grad, hess, _ = full_derivatives(problem, options, with_jacobian=False)
         try:
             out = fit_diagnostics(grad, factor_hessian(hess, warn=options.warn),

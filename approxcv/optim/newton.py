@@ -17,7 +17,7 @@ import numpy as np
 import scipy.linalg
 from jax import lax
 
-from .hessian import SWEEP_BUDGET, hessian_by_hvp, tangent_chunk
+from .hessian import hessian_by_hvp, sweep_chunk
 from .quasi_newton import GTOL, MinimizeResult, over_rows
 from .._compile import jit
 
@@ -80,13 +80,13 @@ def value_and_derivatives(fun, u, w, data, with_jacobian: bool = True):
     ``g = dF/du``, ``H = d2F/du2``, ``J = d2F/(du dw)``, all from one forward-over-reverse
     sweep (``jacfwd`` in ``u`` of ``grad`` in ``(u, w)``). One ``jit``-compiled program per
     objective, shape and ``with_jacobian``, shared by every caller (fit polish, IJ, NS).
-    Where ``D`` tangents of the data would exceed :data:`~approxcv.optim.hessian.SWEEP_BUDGET`
-    entries, the sweep runs in chunks of tangents instead
+    Where ``D`` tangents would exceed the sweep's memory budget
+    (:func:`~approxcv.optim.hessian.sweep_chunk`), the sweep runs in chunks of tangents instead
     (:func:`chunked_value_and_derivatives`; e.g. the polish of a CRF fit on all 14,041
     CoNLL-2003 sentences, whose 189 tangents of one sweep would not fit in memory).
     """
     dim = int(np.shape(u)[0])
-    chunk = tangent_chunk(data, max_chunk=dim, budget=SWEEP_BUDGET)
+    chunk = sweep_chunk(fun, u, w, data, max_chunk=dim)
     if chunk < dim:
         return chunked_value_and_derivatives(fun, u, w, data, with_jacobian, chunk)
     return _compiled_derivatives()(fun, u, w, data, bool(with_jacobian))

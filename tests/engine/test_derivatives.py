@@ -20,7 +20,8 @@ def test_chunked_sweep_equals_one_sweep_and_is_used_for_large_data(monkeypatch):
     # a budget too small for all tangents at once takes the chunked path: same values
     options = acv.engine.methods.Options(progress=False)
     want = derivatives.full_derivatives(problem, options, True)
-    monkeypatch.setattr(derivatives, "SWEEP_BUDGET", 1)
+    from approxcv.optim import hessian
+    monkeypatch.setattr(hessian, "SWEEP_BUDGET", 1)
     calls = []
     monkeypatch.setattr(derivatives, "chunked_derivatives",
                         lambda *a: calls.append(a[-1]) or one)
@@ -42,10 +43,33 @@ def test_newton_polish_sweeps_in_chunks_beyond_the_memory_budget(monkeypatch):
     one = newton.value_and_derivatives(problem.fun, u, w, problem.data, True)
     calls = []
     real = newton.chunked_value_and_derivatives
-    monkeypatch.setattr(newton, "SWEEP_BUDGET", 1)
+    from approxcv.optim import hessian
+    monkeypatch.setattr(hessian, "SWEEP_BUDGET", 1)
     monkeypatch.setattr(newton, "chunked_value_and_derivatives",
                         lambda *a: calls.append(a[-1]) or real(*a))
     got = newton.value_and_derivatives(problem.fun, u, w, problem.data, True)
     assert calls == [1]
     for a, b in zip(got, one):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_a_sweep_over_the_memory_budget_runs_in_chunks_with_the_same_ij(monkeypatch):
+    """The sweep's tangents per pass come from the traced size of the forward pass
+    (optim.hessian.sweep_chunk); a budget of a few tangents gives the same IJ."""
+    import approxcv as acv
+    from approxcv.optim import hessian
+    x = np.random.default_rng(2).poisson(np.repeat([2.0, 9.0, 3.0], 50)).astype(float)
+    model = acv.models.PoissonHMM(2)
+    params = model.fit(x)
+    folds = acv.folds.Folds([[10], [70, 71], [140]], 150)
+    kw = dict(params=params, progress=False, warn=False, solver="dense")
+    whole = acv.cross_validate(model, x, folds, "ij", **kw)
+    problem = acv.make_problem(model, x, params)
+    per = hessian.residual_bytes(problem.fun, problem.u_full, np.ones(150), problem.data)
+    assert per > 150 * 2 * 8                     # the messages, not just the data
+    monkeypatch.setattr(hessian, "SMALL_SWEEP", 0)
+    monkeypatch.setattr(hessian, "SWEEP_BYTES", 4 * per)     # 2 tangents a pass
+    assert hessian.sweep_chunk(problem.fun, problem.u_full, np.ones(150), problem.data,
+                               problem.u_full.size) == 2
+    chunked = acv.cross_validate(model, x, folds, "ij", **kw)
+    np.testing.assert_allclose(chunked.fold_loss, whole.fold_loss, rtol=1e-10)

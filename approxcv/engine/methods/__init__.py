@@ -75,9 +75,16 @@ class Options:
     def __post_init__(self):
         check_options(self)
 
-    def dense(self, dim: int) -> bool:
-        """Whether ``ij``/``ns`` form dense Hessians for ``dim`` parameters."""
-        return self.solver == "dense" or (self.solver == "auto" and dim <= self.max_dense_dim)
+    def dense(self, dim: int, n_units: int = 0) -> bool:
+        """Whether ``ij``/``ns`` form dense Hessians for ``dim`` parameters and ``n_units``
+        units: ``"auto"`` does up to ``max_dense_dim`` parameters while ``H`` and the
+        ``D x n`` Jacobian fit in :data:`~approxcv.optim.hessian.SWEEP_BYTES` (the sweep
+        itself runs in chunks of tangents that fit, :func:`~approxcv.optim.hessian.
+        sweep_chunk`), and is matrix-free (CG) beyond."""
+        from ...optim.hessian import SWEEP_BYTES
+        fits = 8.0 * dim * (dim + n_units) <= SWEEP_BYTES
+        return self.solver == "dense" or (self.solver == "auto" and dim <= self.max_dense_dim
+                                          and fits)
 
 
 def check_options(options: Options) -> None:

@@ -66,7 +66,7 @@ def ij(problem, folds, options):
     index = jnp.asarray(folds.padded())
     dim = int(problem.u_full.shape[0])
     t = time.perf_counter()
-    if options.dense(dim):
+    if options.dense(dim, problem.n_units):
         glm = problem.glm is not None       # ERM: J = A^T diag(loss') in closed form
         grad, hess, jac = full_derivatives(problem, options, with_jacobian=not glm)
         jac = glm_jacobian(problem) if glm else jac

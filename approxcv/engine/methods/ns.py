@@ -59,11 +59,11 @@ def ns(problem, folds, options):
     """Newton-step parameters of every fold and the diagnostics (module docstring)."""
     index = jnp.asarray(folds.padded())
     dim = int(problem.u_full.shape[0])
-    if problem.glm is not None and options.dense(dim):   # ERM: rank-one downdates
+    if problem.glm is not None and options.dense(dim, problem.n_units):   # ERM: rank-one downdates
         return glm_newton_params(problem, folds, options)
     diagnostics = fit_state(problem, options)
     t = time.perf_counter()
-    if options.dense(dim):
+    if options.dense(dim, problem.n_units):
         params, min_eig, jitter, reliable, step, rate = jax.block_until_ready(newton_params(
             problem.fun, problem.u_full, index, problem.data, problem.n_units,
             options.batch_size or 16))
