@@ -118,13 +118,15 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     if "heldout" in diagnostics:             # the method evaluated its folds already
         fold_loss, points = diagnostics.pop("heldout")
     else:
-        fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size)
+        fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
+                                           opts.progress)
     stages["heldout"] = time.perf_counter() - t_heldout
     diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
     if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
         t_est = time.perf_counter()
         est = estimate_errors(problem, params_flat, fold_loss, index,
-                              diagnostics.pop("chord_correction"), opts.batch_size)[0]
+                              diagnostics.pop("chord_correction"), opts.batch_size,
+                              opts.progress)[0]
         diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
         causes = unreliable_causes(diagnostics.get("unreliable"), len(folds))
         causes["error_estimate_above_tol"] = ~(est <= opts.tol)

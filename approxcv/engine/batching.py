@@ -81,7 +81,47 @@ def _heldout(heldout, params_flat, index, data, n: int, batch_size: int):
     return map_batches(one, (params_flat, index), batch_size)
 
 
-def heldout_losses(problem, params_flat, index, batch_size: int | None = None):
+#: a per-fold stage whose work (folds x data entries) exceeds this runs in chunks of folds
+#: with a progress bar and an estimate of the remaining time (when ``progress``)
+PROGRESS_WORK = 2 ** 28
+#: about this many chunks then
+PROGRESS_CHUNKS = 40
+
+
+def progress_chunk(n_folds: int, batch_size: int, data, progress: bool) -> int:
+    """Folds per compiled call of a per-fold stage: all of them, or — with ``progress``
+    and more than :data:`PROGRESS_WORK` folds x data entries (leave-one-out on a long
+    series: every fold a pass over all the data) — a multiple of ``batch_size`` giving
+    about :data:`PROGRESS_CHUNKS` calls, so that a bar can move."""
+    if not progress or n_folds * max(data_entries(data), 1) <= PROGRESS_WORK:
+        return n_folds
+    per = max(1, -(-n_folds // PROGRESS_CHUNKS))
+    return int(min(n_folds, -(-per // batch_size) * batch_size))
+
+
+def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True):
+    """``fn(*arrays)`` (each with a leading fold axis; a tuple of fold-indexed outputs)
+    computed ``chunk`` folds a call — the last chunk padded with copies of its first row,
+    so that every call has one shape and one compiled program — with a tqdm bar (counts
+    and the remaining time) when ``progress``; outputs concatenated as NumPy arrays."""
+    from tqdm.auto import tqdm
+    arrays = [np.asarray(a) for a in arrays]
+    n = arrays[0].shape[0]
+    if chunk >= n:
+        return tuple(np.asarray(o) for o in fn(*(jnp.asarray(a) for a in arrays)))
+    parts = []
+    with tqdm(total=n, desc=desc, unit="fold", disable=not progress, leave=False) as bar:
+        for start in range(0, n, chunk):
+            take = min(chunk, n - start)
+            rows = np.where(np.arange(chunk) < take, start + np.arange(chunk), start)
+            out = fn(*(jnp.asarray(a[rows]) for a in arrays))
+            parts.append(tuple(np.asarray(o)[:take] for o in out))
+            bar.update(take)
+    return tuple(np.concatenate(p) for p in zip(*parts))
+
+
+def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
+                   progress: bool = False):
     """Held-out losses of every fold at its parameters.
 
     Args:
@@ -89,11 +129,14 @@ def heldout_losses(problem, params_flat, index, batch_size: int | None = None):
         params_flat: ``(n_folds, D)`` per-fold unconstrained parameters.
         index: ``(n_folds, m)`` padded left-out indices (padding ``n``).
         batch_size: folds per vectorised batch (default: by memory).
+        progress: a progress bar with the remaining time for long runs
+            (:func:`progress_chunk`).
 
     Returns:
         ``(fold_loss (n_folds,), point_loss (n_folds, m))`` NumPy arrays; padded entries 0.
     """
-    batch_size = batch_size or fold_batch_size(problem, len(index))
-    fold, points = _heldout(problem.heldout, jnp.asarray(params_flat), jnp.asarray(index),
-                            problem.data, problem.n_units, int(batch_size))
-    return np.asarray(fold), np.asarray(points)
+    batch_size = int(batch_size or fold_batch_size(problem, len(index)))
+    chunk = progress_chunk(len(index), batch_size, problem.data, progress)
+    return in_chunks(lambda p, i: _heldout(problem.heldout, p, i, problem.data,
+                                           problem.n_units, batch_size),
+                     (params_flat, index), chunk, "held-out losses", progress)

@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from .batching import fold_batch_size, fold_weights, heldout_losses, map_batches
+from .batching import (fold_batch_size, fold_weights, heldout_losses, in_chunks,
+                       map_batches, progress_chunk)
 from .._compile import jit
 
 __all__ = ["chord_step", "extrapolate", "ij_chord_steps", "ij_chord_steps_cg",
@@ -127,10 +128,11 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None):
     (``method="auto"``'s chord stage)."""
     index = jnp.asarray(index)
     if chol is not None:
-        batch = options.batch_size or fold_batch_size(problem, len(index))
-        step, rate = ij_chord_steps(problem.fun, chol, jnp.asarray(params), index,
-                                    problem.data, problem.n_units, batch)
-        return np.asarray(step), np.asarray(rate)
+        batch = int(options.batch_size or fold_batch_size(problem, len(index)))
+        chunk = progress_chunk(len(index), batch, problem.data, options.progress)
+        return in_chunks(lambda p, i: ij_chord_steps(problem.fun, chol, p, i, problem.data,
+                                                     problem.n_units, batch),
+                         (params, index), chunk, "error estimates", options.progress)
     hvp_batch = int(max(1, 2_000_000 // max(problem.n_units, 1)))
     step, rate, solved = ij_chord_steps_cg(
         problem.fun, problem.u_full, jnp.asarray(params), index, problem.data,
@@ -149,7 +151,7 @@ def refined_params(params, correction):
 
 
 def estimate_errors(problem, params, fold_loss, index, correction,
-                    batch_size: int | None = None):
+                    batch_size: int | None = None, progress: bool = False):
     """Estimated relative error ``|L_o(u*) - L_o(u_m)| / |L_o(u*)|`` of every fold loss.
 
     Args:
@@ -159,6 +161,7 @@ def estimate_errors(problem, params, fold_loss, index, correction,
         index: ``(n_folds, m)`` padded left-out indices.
         correction: ``(n_folds, D)`` the chord correction ``u_m - u*`` (NaN rows: the
             iteration does not contract).
+        progress: a progress bar for a long held-out pass.
 
     Returns:
         ``(estimate (n_folds,), refined_fold_loss (n_folds,), refined_points (n_folds,
@@ -169,7 +172,7 @@ def estimate_errors(problem, params, fold_loss, index, correction,
     refined, ok = refined_params(params, correction)
     batch = batch_size or fold_batch_size(problem, len(index))
     loss_star, points_star = (np.asarray(a) for a in heldout_losses(problem, refined, index,
-                                                                     batch))
+                                                                     batch, progress))
     fold_loss = np.asarray(fold_loss, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         est = np.abs(loss_star - fold_loss) / np.abs(loss_star)

@@ -239,3 +239,23 @@ def test_best_of_starts_without_a_converged_start_is_quiet_and_keeps_the_warm_st
     np.testing.assert_array_equal(rec["warm_gap"], [0.0, 3.0])
     np.testing.assert_array_equal(rec["start_spread"], [0.0, 3.0])
     np.testing.assert_array_equal(rec["u"], [[0.0, 1.0], [6.0, 7.0]])
+
+
+def test_a_long_per_fold_stage_runs_in_chunks_with_the_same_losses(monkeypatch):
+    """Leave-one-out on a long series: every fold a pass over all the data. With progress
+    the held-out and error-estimate stages run in equal chunks of folds (a bar with the
+    remaining time); the numbers are those of one call."""
+    import approxcv as acv
+    from approxcv.engine import batching
+    x = np.random.default_rng(4).poisson(np.repeat([2.0, 7.0], 60)).astype(float)
+    model = acv.models.PoissonHMM(2)
+    params = model.fit(x)
+    folds = acv.folds.leave_one_out(120).subset(list(range(0, 114, 3)))   # 38: a partial last chunk
+    kw = dict(params=params, warn=False)
+    whole = acv.cross_validate(model, x, folds, "ij", progress=False, **kw)
+    monkeypatch.setattr(batching, "PROGRESS_WORK", 0)
+    assert batching.progress_chunk(len(folds), 4, x, True) == 4      # 10 calls
+    chunked = acv.cross_validate(model, x, folds, "ij", progress=True, batch_size=4, **kw)
+    np.testing.assert_allclose(chunked.fold_loss, whole.fold_loss, rtol=1e-12)
+    np.testing.assert_allclose(chunked.diagnostics["error_estimate"],
+                               whole.diagnostics["error_estimate"], rtol=1e-8, atol=1e-14)
