@@ -217,9 +217,11 @@ def plot(out, path):
     fig, axes = figure(1, 3, figsize=(16, 5))
     ax = axes[0]
     for i, fam in enumerate(("PL1/FL", "PL1/PL2")):
-        rows = [r for r in out["chain"] if r["family"] == fam]
-        ax.scatter([r["gflops"] for r in rows], [r["test_ppl"] for r in rows], s=12,
-                   color=f"C{i}", label=fam, alpha=0.7)
+        for r_ in sorted({r["resample"] for r in out["chain"]}):   # one marker per sample
+            rows = [r for r in out["chain"] if r["family"] == fam and r["resample"] == r_]
+            ax.scatter([r["gflops"] for r in rows], [r["test_ppl"] for r in rows], s=14,
+                       color=f"C{i}", marker="o^sDv"[r_ % 5], alpha=0.7,
+                       label=f"{fam}, sample {r_ + 1}")
     ax.set_xscale("log")
     ax.set_xlabel("expected GFLOPs of the SCL and its gradient")
     ax.set_ylabel("test perplexity")
