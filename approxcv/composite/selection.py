@@ -29,15 +29,18 @@ def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 
         likelihood per left-out sample, by ``method``), ``expected_cost`` (FLOPs of the
         SCL and its gradient), ``fit_seconds``, ``cv_seconds``, ``n_unreliable`` (folds the
         method did not vouch for) and, with ``check``, ``exact_loss``, ``exact_seconds``,
-        ``exact_rank``. ``df.attrs["choice"]`` is the chosen policy's name.
+        ``exact_rank``. ``df.attrs["choice"]`` is the chosen policy's name and
+        ``df.attrs["theta"]`` each policy's full-data estimate (by name), for evaluating the
+        fits elsewhere (e.g. on a test set) without refitting.
     """
     import approxcv as acv
 
     from .estimator import fit
     named = policies if isinstance(policies, dict) else {p.label(): p for p in policies}
-    rows = []
+    rows, thetas = [], {}
     for name, policy in named.items():
         f = fit(model, X, policy, seed=seed, prior_var=prior_var, max_steps=max_steps)
+        thetas[name] = f.theta
         t = time.perf_counter()
         res = acv.cross_validate(f.model, f.data, folds, method, params=f.params,
                                  progress=False, warn=False)
@@ -54,6 +57,7 @@ def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 
     if check:
         df["exact_rank"] = df["exact_loss"].rank(method="min").astype(int)
     df.attrs["choice"] = df["policy"].iloc[0]
+    df.attrs["theta"] = thetas
     return df
 
 

@@ -101,3 +101,20 @@ def test_beta_heuristic_minimises_the_diagonal_criterion_of_direct_scores(bm4):
                                          options={"xatol": 1e-10})
     assert 0.02 < ref.x < 0.98                        # an interior optimum
     np.testing.assert_allclose(beta, [1 - ref.x, ref.x], atol=1e-5)
+
+
+def test_beta_heuristic_sweep_in_chunks_equals_one_sweep(bm4):
+    """The tangent sweeps batched by memory (here all D = 6 tangents in one vmap, the program
+    of the test above) and one tangent at a time give the same parts."""
+    from approxcv.composite import beta as scl_beta
+    bm, X = bm4
+    groups = [scl.pseudo_likelihood(bm, 1), scl.full_likelihood(bm)]
+    model = scl.SCLModel(bm, scl.Policy(groups, select=[1.0, 0.3]), seed=4)
+    data = model.prepare(X)[0]
+    theta = np.asarray(THETA4, dtype=np.float64)
+    assert scl_beta.sweep_chunk(model, theta, data.samples) == 6
+    assert scl_beta.sweep_chunk(model, theta, data.samples, budget=1) == 1
+    whole = scl_beta._group_parts(model, data, theta, "corrected")
+    single = scl_beta._group_parts(model, data, theta, "corrected", chunk=1)
+    for x, y in zip(whole, single):                   # a (G, D), s (n, G, D): beta's inputs
+        np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-14)
