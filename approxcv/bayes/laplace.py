@@ -29,9 +29,10 @@ max(-min W, 0) + 1e-3 (1 + max|W|))`` with ``k`` the number of refusals in a row
 ``W + lambda >= 0`` the model is concave, and a large enough ``lambda`` gives a short
 gradient step, so some trial always ascends. A run stops when the predicted gain of a
 (positive-definite) model step is below ``tol (1 + |Psi|)``; refused steps count as
-iterations. Vanhatalo, Jylanki & Vehtari (2009) stabilise the Newton iteration for the
-Student-t model differently (an EM-style scale-mixture step); the trust-region step reaches
-the same local mode, and its convergence is checked, not assumed.
+iterations. GPstuff's default for the Student-t is an EM iteration over its scale-mixture
+representation (Vanhatalo, Jylanki & Vehtari 2009) and its "stabilized-newton" clips ``W``
+at 0 (linear convergence); the trust region keeps the exact Newton step near the mode, and
+its convergence is checked, not assumed.
 
 A run is reported **converged** only when the gradient is small,
 ``max|g - a| <= 1e-5 (1 + max|a|)``, and ``K^-1 + W`` is positive definite there (a local
