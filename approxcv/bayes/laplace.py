@@ -17,11 +17,13 @@ multimodal): Levenberg-Marquardt-regularised Newton, a trust-region method that 
 to a local maximum from any start. With ``r = g - a`` (the gradient of ``Psi`` in ``f``) a
 trial step solves ``(K^-1 + W + lambda I) delta = r``::
 
-    delta = (I + K (W + lambda))^-1 K r,   f_t = f + delta,   a_t = g - (W + lambda) delta
+    delta = C (I + C^T (W + lambda) C)^-1 C^T r,   f_t = f + delta,   a_t = g - (W + lambda) delta
 
-(``a_t = K^-1 f_t`` without ``K^-1``). Its predicted gain under the quadratic model is
-``m = (r^T delta + lambda delta^T delta) / 2`` and the step is taken when ``m > 0`` and the
-actual gain is at least ``1e-4 m``. ``lambda`` starts at 0 (the plain Newton step, quadratic
+(``K = C C^T``; ``a_t = K^-1 f_t`` without ``K^-1``). The step is taken only when the
+quadratic model is concave — ``I + C^T (W + lambda) C`` has a Cholesky factor — its
+predicted gain ``m = (r^T delta + lambda delta^T delta) / 2`` is positive, and the actual
+gain is at least ``1e-4 m``. (Accepting plain Newton steps of an indefinite model lets the
+iteration settle on a saddle point of ``Psi``: it did on Boston.) ``lambda`` starts at 0 (the plain Newton step, quadratic
 convergence near a mode where ``K^-1 + W`` is positive definite) and follows Nielsen's rule:
 after a taken step ``lambda *= max(1/3, 1 - (2 rho - 1)^3)`` (``rho``: actual / predicted;
 set to 0 below ``1e-9 (1 + max|W|)``), after a refused one ``lambda = max(2^k lambda,
@@ -41,8 +43,8 @@ the observations themselves).
 
 A run is reported **converged** only when the gradient is small,
 ``max|g - a| <= 1e-5 (1 + max|a|)``, and ``K^-1 + W`` is positive definite there (a local
-maximum: ``I + K W`` has a positive determinant and the posterior variances are positive,
-checked in :func:`posterior_variance`'s caller) — never on the iteration count alone.
+maximum: ``I + C^T W C`` has a Cholesky factor; the posterior variances are also checked
+positive by the caller) — never on the iteration count alone.
 
 The approximate log marginal likelihood (R&W eq. 3.32)::
 
@@ -148,10 +150,13 @@ def _damped_newton(K, y, lik, phi, weights, a0, max_iter, tol):
 
 
 def _trust_region_newton(K, y, lik, phi, weights, a0, max_iter, tol):
-    """Any likelihood: Levenberg-Marquardt Newton (module docstring); ``(a, f, iterations)``."""
+    """Any likelihood: Levenberg-Marquardt Newton (module docstring); ``(a, f, iterations)``.
+    With ``K = C C^T``, ``(K^-1 + W_l)^-1 = C (I + C^T W_l C)^-1 C^T``: the Cholesky factor
+    of ``M = I + C^T W_l C`` both solves the trial step and tells whether the quadratic model
+    is concave (a failed factor is a refused step)."""
     n = K.shape[0]
     psi_of = _psi_fn(K, y, lik, phi, weights)
-    eye = jnp.eye(n)
+    C = jnp.linalg.cholesky(K)
 
     def _cond(state):
         return (~state[-1]) & (state[-2] < max_iter)
@@ -161,12 +166,14 @@ def _trust_region_newton(K, y, lik, phi, weights, a0, max_iter, tol):
         a, f, psi, g, W, lam, refusals, it, _ = state
         r = g - a
         wl = W + lam
-        delta = jnp.linalg.solve(eye + K * wl[None, :], K @ r)
+        Lm = jnp.linalg.cholesky(jnp.eye(n) + C.T @ (wl[:, None] * C))
+        delta = C @ jax.scipy.linalg.cho_solve((Lm, True), C.T @ r)
         f_t, a_t = f + delta, g - wl * delta
         psi_t = psi_of(a_t, f_t)
         pred = 0.5 * (r @ delta + lam * delta @ delta)
         gain = psi_t - psi
-        ok = jnp.isfinite(psi_t) & jnp.all(jnp.isfinite(delta)) & (pred > 0)
+        ok = (jnp.all(jnp.isfinite(jnp.diag(Lm))) & jnp.isfinite(psi_t)
+              & jnp.all(jnp.isfinite(delta)) & (pred > 0))
         take = ok & (gain >= 1e-4 * pred)
         small = ok & (pred <= tol * (1.0 + jnp.abs(psi)))
         rho = gain / jnp.where(ok, pred, 1.0)
@@ -192,6 +199,58 @@ def _trust_region_newton(K, y, lik, phi, weights, a0, max_iter, tol):
     return out[0], out[1], out[-2]
 
 
+def _escape_saddle(K, y, lik, phi, weights, a):
+    """From a stationary point where ``K^-1 + W`` is indefinite: the best ``Psi`` along
+    ``+-t C u`` (``u``: the eigenvector of ``I + C^T W C`` of least eigenvalue, a direction
+    of positive curvature of ``Psi``), ``t`` on a ladder ``2^-6 .. 2^4`` in ``f`` units;
+    ``a`` itself if none is higher."""
+    n = K.shape[0]
+    psi_of = _psi_fn(K, y, lik, phi, weights)
+    C = jnp.linalg.cholesky(K)
+    f = K @ a
+    _, _, W = site_derivatives(lik, y, f, phi, weights)
+    u = jnp.linalg.eigh(jnp.eye(n) + C.T @ (W[:, None] * C))[1][:, 0]
+    v = C @ u
+    v = v / jnp.max(jnp.abs(v))
+    kv = jax.scipy.linalg.solve_triangular(C.T, u, lower=False) / jnp.max(jnp.abs(C @ u))
+    ts = jnp.concatenate([2.0 ** jnp.arange(-6, 5), -(2.0 ** jnp.arange(-6, 5))])
+    fs, as_ = f[None] + ts[:, None] * v[None], a[None] + ts[:, None] * kv[None]
+    vals = jax.vmap(psi_of)(as_, fs)
+    vals = jnp.where(jnp.isfinite(vals), vals, -jnp.inf)
+    best = jnp.argmax(vals)
+    return jnp.where(vals[best] > psi_of(a, f), as_[best], a)
+
+
+def _trust_region_with_escapes(K, y, lik, phi, weights, a0, max_iter, tol, escapes=5):
+    """:func:`_trust_region_newton`, and while it ends on a saddle point (small gradient,
+    ``K^-1 + W`` indefinite) a step along negative curvature and another run, at most
+    ``escapes`` times; ``(a, f, iterations)`` with the trials of every run counted."""
+    def _cond(state):
+        a, it, k, done = state
+        return (~done) & (k <= escapes) & (it < max_iter)
+
+    def _body(state):
+        """One trust-region run, then an escape if it ended on a saddle."""
+        a, it, k, _ = state
+        a, f, its = _trust_region_newton(K, y, lik, phi, weights, a, max_iter - it, tol)
+        _, _, W = site_derivatives(lik, y, f, phi, weights)
+        done = _is_local_max(K, W)
+        a = jnp.where(done, a, _escape_saddle(K, y, lik, phi, weights, a))
+        return a, it + its, k + 1, done
+
+    a, it, _, _ = lax.while_loop(_cond, _body, (a0, jnp.array(0), jnp.array(0),
+                                                 jnp.array(False)))
+    return a, K @ a, it
+
+
+def _is_local_max(K, W):
+    """Whether ``K^-1 + W`` is positive definite: ``I + C^T W C`` has a Cholesky factor
+    (``K = C C^T``)."""
+    C = jnp.linalg.cholesky(K)
+    L = jnp.linalg.cholesky(jnp.eye(K.shape[0]) + C.T @ (W[:, None] * C))
+    return jnp.all(jnp.isfinite(jnp.diag(L))) & jnp.all(jnp.isfinite(jnp.diag(C)))
+
+
 def _better_start(K, y, lik, phi, weights, a0):
     """``a0`` or the posterior mean under the likelihood's Gaussian surrogate (targets ``t``,
     variances ``v``; weight-0 points have infinite variance), whichever has the higher
@@ -213,15 +272,16 @@ def laplace_mode(K, y, lik, phi, weights, a0, max_iter: int = 200, tol: float = 
     K, phi = lax.stop_gradient(K), lax.stop_gradient(phi)
     if hasattr(lik, "gaussian_surrogate"):
         a0 = _better_start(K, y, lik, phi, weights, a0)
-    search = _damped_newton if lik.log_concave else _trust_region_newton
-    a, f, it = search(K, y, lik, phi, weights, a0, max_iter, tol)
+    if lik.log_concave:
+        a, f, it = _damped_newton(K, y, lik, phi, weights, a0, max_iter, tol)
+    else:
+        a, f, it = _trust_region_with_escapes(K, y, lik, phi, weights, a0, max_iter, tol)
     _, g, W = site_derivatives(lik, y, f, phi, weights)
     psi = _psi_fn(K, y, lik, phi, weights)(a, f)
     grad = jnp.max(jnp.abs(g - a)) / (1.0 + jnp.max(jnp.abs(a)))
     converged = jnp.isfinite(psi) & (grad <= GRAD_TOL)
     if not lik.log_concave:
-        sign = jnp.linalg.slogdet(jnp.eye(K.shape[0]) + K * W[None, :])[0]
-        converged = converged & (sign > 0)
+        converged = converged & _is_local_max(K, W)
     return LaplaceState(a, f, g, W, psi, converged, it)
 
 
