@@ -31,7 +31,9 @@ max(-min W, 0) + 1e-3 (1 + max|W|))`` with ``k`` the number of refusals in a row
 ``W + lambda >= 0`` the model is concave, and a large enough ``lambda`` gives a short
 gradient step, so some trial always ascends. A run stops when the predicted gain of a
 (positive-definite) model step is below ``tol (1 + |Psi|)``; refused steps count as
-iterations. GPstuff's default for the Student-t is an EM iteration over its scale-mixture
+iterations. A run that ends on a saddle point (small gradient, ``K^-1 + W`` indefinite)
+steps along the direction of negative curvature and runs again, at most 5 times
+(:func:`_escape_saddle`). GPstuff's default for the Student-t is an EM iteration over its scale-mixture
 representation (Vanhatalo, Jylanki & Vehtari 2009) and its "stabilized-newton" clips ``W``
 at 0 (linear convergence); the trust region keeps the exact Newton step near the mode, and
 its convergence is checked, not assumed.
