@@ -242,6 +242,7 @@ def plot(out, path):
             ax.bar(np.arange(len(methods)) + j * width, np.clip(bias, -50, 50), width,
                    yerr=sd, label=name, capsize=2)
         ax.axhline(0, color="k", lw=0.5)
+        ax.set_ylim(-60, 60)                     # sd bars of Q-LOO reach thousands
         ax.set_xticks(np.arange(len(methods)) + 0.4 - width / 2, methods)
         ax.set_ylabel("bias vs brute force (summed LOO lpd, clipped at +-50)")
         ax.set_title(f"{inf}")
