@@ -84,7 +84,9 @@ def study(X, y, likelihood, inference, theta=None):
            "fit_seconds": fit_s, "log_marginal": float(fitted.log_marginal[0]),
            "map_converged": None if mr is None else bool(mr.converged),
            "map_steps": None if mr is None else int(mr.num_steps),
+           "map_grad_norm": None if mr is None else float(mr.grad_norm),
            "posterior_converged": bool(np.all(fitted.posterior.converged)),
+           "posterior_iterations": int(np.max(fitted.posterior.iterations)),
            "hyperparameters": fitted.hyperparameters(), "methods": {}}
     brute, brute_s = _timed(lambda: bayes.loo(fitted, "brute", batch_size=32))
     row["brute"] = {"elpd": brute.elpd, "se": brute.se, "seconds": brute_s,
@@ -167,28 +169,37 @@ def main(quick: bool):
     out = {"quick": quick, "datasets": {}, "not_run": {
         "leukemia": "Henderson et al. (2002) LeukSurv data not obtainable offline"}}
     sets = datasets(quick)
-    order = (["ripley_63"] if quick else
-             ["gpy", "ripley", "boston", "pima", "breast_cancer"])
-    for name in order:
-        if name == "gpy":            # the n ~ 500 targets first, in case the run is cut short
-            print("gpy", flush=True)
+    names = ["ripley_63"] if quick else ["ripley", "boston", "pima", "breast_cancer"]
+    # the n ~ 500 targets and every Laplace row first, EP (its brute force the slowest
+    # part) last, so a run cut short has measured the most; partial JSON after each stage
+    # (Boston's Student-t EP, the least certain to converge, the very last)
+    stages = ([] if quick else ["gpy"]) + [(name, "laplace") for name in names] + ["ccd"] + [
+        (name, "ep") for name in names if name != "boston"] + (
+        [] if quick else [("boston", "ep")])
+    thetas = {}
+    for k, stage in enumerate(stages):
+        print(stage, time.strftime("%H:%M:%S"), flush=True)
+        t0 = time.perf_counter()
+        if stage == "gpy":
             X, y, _ = sets["pima"]
             out["gpy_pima"] = gpy_comparison(X, y)
-            write_json("bayes_loo", quick, out)
-            continue
-        X, y, lik = sets[name]
-        theta = None
-        for inference in ("laplace", "ep"):
-            print(name, inference, flush=True)
-            row = study(X, y, lik, inference, theta)
-            theta = np.log([row["hyperparameters"][k] for k in row["hyperparameters"]])
+        elif stage == "ccd":
+            X, y, lik = sets[names[0]]
+            out["ccd_ripley"] = ccd_study(X, y, lik, "laplace")
+        else:
+            name, inference = stage
+            X, y, lik = sets[name]
+            row = study(X, y, lik, inference, thetas.get(name))
+            thetas[name] = np.log([row["hyperparameters"][h] for h in row["hyperparameters"]])
             out["datasets"].setdefault(name, {})[inference] = row
-            out["targets"] = targets(out)
+        key = "/".join(stage) if isinstance(stage, tuple) else stage
+        out.setdefault("stage_seconds", {})[key] = time.perf_counter() - t0
+        out["targets"] = targets(out)
+        out["not_completed"] = ["/".join(st) if isinstance(st, tuple) else st
+                                for st in stages[k + 1:]]
+        if k + 1 < len(stages):
             write_json("bayes_loo", quick, out)      # partial results as they come
-    X, y, lik = sets["ripley_63" if quick else "ripley"]
-    print("ccd", flush=True)
-    out["ccd_ripley"] = ccd_study(X, y, lik, "laplace")
-    out["targets"] = targets(out)
+    del out["not_completed"]
     write_results("bayes_loo", quick, out, plot)
     return out
 
@@ -231,6 +242,7 @@ def plot(out, path):
             ax.bar(np.arange(len(methods)) + j * width, np.clip(bias, -50, 50), width,
                    yerr=sd, label=name, capsize=2)
         ax.axhline(0, color="k", lw=0.5)
+        ax.set_ylim(-60, 60)                     # sd bars of Q-LOO reach thousands
         ax.set_xticks(np.arange(len(methods)) + 0.4 - width / 2, methods)
         ax.set_ylabel("bias vs brute force (summed LOO lpd, clipped at +-50)")
         ax.set_title(f"{inf}")

@@ -153,6 +153,14 @@ class StudentT(_Likelihood):
     def init_params(self, y):
         return np.array([np.log(0.3 * np.std(y) + 1e-3)])
 
+    def gaussian_surrogate(self, y, phi):
+        """``(targets, variances)`` of the Gaussian likelihood with this one's mean and
+        variance (``s^2 nu / (nu - 2)``; ``s^2`` for ``nu <= 2``): the Laplace mode search's
+        alternative start (:func:`approxcv.bayes.laplace.laplace_mode`)."""
+        s2 = jnp.exp(2.0 * phi[0])
+        v = s2 * self.nu / (self.nu - 2.0) if self.nu > 2 else s2
+        return y, jnp.full_like(y, v)
+
 
 @dataclass(frozen=True)
 class LogLogistic(_Likelihood):

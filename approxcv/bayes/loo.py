@@ -7,6 +7,11 @@ importance weighting over the points (:mod:`.importance`, eq. 44): raw weights f
 method except ``"is"``, which Pareto-smooths them and reports ``k_hat`` and the
 effective sample size. ``"is"`` uses the inference's own conditional estimator
 (``"exact"`` for the Gaussian likelihood, ``"la"`` for Laplace, ``"ep"`` for EP).
+
+Unreliable points (``diagnostics["unreliable_causes"]``): the estimator's own flags, every
+point when the full-data posterior did not converge at some hyperparameter point
+(``"posterior_not_converged"``: a fast estimator has nothing to stand on), refits that did
+not converge (brute force), and ``k_hat > 0.7`` (``"is"``).
 """
 from __future__ import annotations
 
@@ -106,6 +111,10 @@ def loo(fitted, method: str = "la", *, form: str | None = None, executor=None,
                                 form=form or ("cavity" if estimator in FORMS else None))
         lpd_s, bad = np.asarray(lpd_s), np.asarray(bad)
         causes["estimator"] = bad.any(0)
+        # a fast estimator reads the full-data posterior: if that did not converge at some
+        # hyperparameter point, no point's value can be vouched for
+        post_ok = np.asarray(fitted.posterior.converged, bool).all()
+        causes["posterior_not_converged"] = np.full(n, not post_ok)
     if S == 1:
         lpd = lpd_s[0]
     else:

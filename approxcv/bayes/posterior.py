@@ -52,7 +52,8 @@ def _laplace(K, y, lik, phi, weights, warm, marginal):
     var = posterior_variance(K, s.W, lik.log_concave)
     lm = laplace_log_marginal(K, y, lik, phi, weights, s.a) if marginal else jnp.nan
     nan = jnp.full_like(s.f, jnp.nan)
-    return Posterior(s.f, var, s.W, s.W * s.f + s.g, s.g, nan, lm, s.converged, s.iterations,
+    converged = s.converged & jnp.all(var > 0)      # a local maximum: a proper Gaussian
+    return Posterior(s.f, var, s.W, s.W * s.f + s.g, s.g, nan, lm, converged, s.iterations,
                      s.a)
 
 
