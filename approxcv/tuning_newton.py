@@ -1,7 +1,7 @@
 """Tuning a few penalty weights by second-order steps on ALOOCV in ``rho = log lam``.
 
 ``ACV(rho) = 1/n sum_i phi(a_i^T u_i, y_i)`` with ``u_i`` the ALOOCV (Sherman-Morrison)
-leave-one-out points around the fit ``u_hat(rho)`` (:mod:`approxcv.tuning`). Its gradient
+leave-one-out points around the fit ``u_hat(rho)`` (:mod:`approxcv.tuning_gradient`). Its gradient
 and Hessian in ``rho`` are exact, by implicit differentiation done by automatic
 differentiation: ``u_hat(rho)`` is replaced by two Newton steps on ``F(., lam)`` from the
 converged fit held constant (``stop_gradient``), ``u_2(rho) = N(N(u_hat(rho_0), rho), rho)``.
@@ -30,6 +30,7 @@ from jax import lax
 
 from ._compile import jit
 from .optim.newton import newton_minimize
+from .tuning_gradient import _acv_closed_form
 
 __all__ = ["NewtonTuneResult", "newton_tune", "MAX_STEP", "GTOL"]
 
@@ -73,7 +74,6 @@ def newton_tune(u0, rho0, design, y, aux, loss_fn, penalty_fn, max_iter: int = 3
                 gtol: float = GTOL) -> NewtonTuneResult:
     """Minimise ``ACV(rho)`` from ``rho0`` with the fit ``u0`` near ``u_hat(rho0)`` (module
     docstring); returns a :class:`NewtonTuneResult`."""
-    from .tuning import _acv_closed_form
     n = design.shape[0]
     subset = jnp.arange(n)
 

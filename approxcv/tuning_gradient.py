@@ -1,0 +1,158 @@
+"""The ALOOCV estimate of a regularised ERM model and its gradient in the penalty weights.
+
+For a GLM-type model (:mod:`approxcv.models.erm`) with penalty ``lam^T r(theta)``, ALOOCV is
+the ``ns`` method's leave-one-out estimate ``ACV(lam) = 1/n sum_i l_i(theta_i)`` (one Newton
+step per sample from the full fit, Beirami et al. 2017); :mod:`approxcv.tuning` tunes
+``lam`` with it.
+
+* :func:`aloocv_gradient` differentiates ``ACV`` with respect to the vector ``lam``:
+
+  - ``"seed"`` (seed Lemma 4 / Corollary 5 / eq. 16): the exact LOO solution satisfies
+    ``d theta^(i) / d lam = -H_{-i}(theta^(i))^{-1} d_lam grad r``; substituting the ALOOCV
+    point ``theta_i`` gives ``dACV/dlam ~ -1/n sum_i [d_lam grad_theta(lam^T r)(theta_i)]^T
+    H_{-i}(theta_i)^{-1} grad l_i(theta_i)``. Needs a new Hessian per sample at ``theta_i``
+    (``O(n (n D^2 + D^3))``).
+  - ``"full_fit_hessian"``: the same formula with ``H_{-i}`` kept at the full fit
+    ``theta_hat``, from rank-one downdates of one factor (``O(n D^2)``). Identical to
+    ``"seed"`` when the loss is quadratic.
+  - ``"implicit"``: the exact derivative of the ALOOCV estimate itself, by implicit
+    differentiation of ``theta_hat(lam)`` (``d theta_hat / d lam = -H^{-1} d_lam grad r``)
+    and automatic differentiation of the closed-form (Sherman-Morrison) ALOOCV map.
+
+  Penalty weights are kept positive by optimising ``rho = log lam`` (``dACV/drho = lam *
+  dACV/dlam``). Hessians are factored by the package's one jitter policy
+  (:func:`approxcv.optim.jittered_cholesky`); more than a negligible jitter raises.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+
+from ._compile import jit
+from ._validate import check_choice
+from .engine import aloo
+from .engine.batching import map_batches
+from .errors import NotPositiveDefiniteError
+from .optim.pd import jittered_cholesky
+
+__all__ = ["aloocv_gradient", "GRADIENTS"]
+
+GRADIENTS = ("implicit", "seed", "full_fit_hessian")
+
+
+def _factor(hess):
+    """``(chol, reliable)`` of ``H`` by the jitter policy of :mod:`approxcv.optim.pd`; the
+    jitter is chosen on a stopped-gradient copy, so the factor stays differentiable."""
+    _, jitter, _, reliable = jittered_cholesky(jax.lax.stop_gradient(hess))
+    eye = jnp.eye(hess.shape[0], dtype=hess.dtype)
+    return jnp.linalg.cholesky(0.5 * (hess + hess.T) + jitter * eye), reliable
+
+
+def _hessian(u, lam, design, y, aux, loss_fn, penalty_fn):
+    """``(terms, H)`` of the smooth problem at ``u``."""
+    terms = aloo.glm_terms(loss_fn, design, y, u)
+    return terms, aloo.glm_hessian(terms, jax.hessian(penalty_fn)(u, lam, aux))
+
+
+def _acv_closed_form(u, lam, design, y, aux, subset, loss_fn, penalty_fn):
+    """``ACV`` over ``subset`` by Sherman-Morrison (differentiable in ``u`` and ``lam``)."""
+    terms, hess = _hessian(u, lam, design, y, aux, loss_fn, penalty_fn)
+    chol, reliable = _factor(hess)
+    sub = aloo.GLMTerms(*(t[subset] for t in terms))
+    params = aloo.loo_newton_params_closed_form(chol, sub, u)
+    eta = jnp.sum(params * sub.design, axis=1)
+    return jnp.mean(loss_fn(eta, y[subset])), reliable
+
+
+def _implicit(u, lam, design, y, aux, subset, loss_fn, penalty_fn):
+    """ACV and its total derivative in ``lam`` through ``theta_hat(lam)``."""
+    (acv, reliable), (g_u, g_lam) = jax.value_and_grad(
+        _acv_closed_form, argnums=(0, 1), has_aux=True)(u, lam, design, y, aux, subset,
+                                                         loss_fn, penalty_fn)
+    _, hess = _hessian(u, lam, design, y, aux, loss_fn, penalty_fn)
+    v = jsl.cho_solve((_factor(hess)[0], True), g_u)
+    # d theta_hat / d lam = -H^{-1} B with B = d_lam grad_u penalty  (D, m)
+    vb = jax.grad(lambda lm: jnp.vdot(v, jax.grad(penalty_fn)(u, lm, aux)))(lam)
+    return acv, g_lam - vb, reliable
+
+
+def _per_sample(i, u, lam, design, y, aux, chol, terms, loss_fn, penalty_fn, refresh):
+    """ALOOCV loss of sample ``i``, its eq.-16 gradient contribution ``(m,)`` and whether
+    the leave-one-out factor it used is reliable."""
+    a, g, d = design[i], terms.grad[i], terms.curv[i]
+    chol_i = aloo.cholesky_rank_one_downdate(chol, jnp.sqrt(jnp.maximum(d, 0.0)) * a)
+    u_i = u + jsl.cho_solve((chol_i, True), g * a)
+    eta_i = jnp.dot(a, u_i)
+    loss_i, dloss = jax.value_and_grad(lambda e: loss_fn(e[None], y[i][None])[0])(eta_i)
+    reliable = jnp.asarray(True)
+    if refresh:   # seed eq. 16: leave-one-out Hessian at theta_i
+        t_i, h_i = _hessian(u_i, lam, design, y, aux, loss_fn, penalty_fn)
+        chol_i, reliable = _factor(h_i - t_i.curv[i] * jnp.outer(a, a))
+    v = jsl.cho_solve((chol_i, True), dloss * a)
+    grad_lam = -jax.grad(lambda lm: jnp.vdot(v, jax.grad(penalty_fn)(u_i, lm, aux)))(lam)
+    return loss_i, grad_lam, reliable
+
+
+@partial(jit, static_argnames=("loss_fn", "penalty_fn", "gradient", "batch_size"))
+def _acv_and_gradient(u, lam, design, y, aux, subset, loss_fn, penalty_fn, gradient,
+                      batch_size):
+    """``(ACV over subset, dACV/dlam (m,), reliable)`` for one of :data:`GRADIENTS`."""
+    if gradient == "implicit":
+        return _implicit(u, lam, design, y, aux, subset, loss_fn, penalty_fn)
+    terms, hess = _hessian(u, lam, design, y, aux, loss_fn, penalty_fn)
+    chol, reliable = _factor(hess)
+    losses, grads, ok = map_batches(
+        lambda i: _per_sample(i, u, lam, design, y, aux, chol, terms, loss_fn, penalty_fn,
+                              gradient == "seed"), subset, batch_size)
+    return jnp.mean(losses), jnp.mean(grads, axis=0), reliable & jnp.all(ok)
+
+
+def _problem_gradient(prob, gradient, subset, batch_size):
+    acv, grad, reliable = _acv_and_gradient(
+        prob.u, prob.lam, prob.design, prob.y, prob.aux, jnp.asarray(subset), prob.loss_fn,
+        prob.penalty_fn, gradient, batch_size)
+    if not (bool(reliable) and np.isfinite(float(acv))
+            and np.all(np.isfinite(np.asarray(grad)))):
+        raise NotPositiveDefiniteError(
+            "the ALOOCV estimate or its gradient cannot be trusted: a (leave-one-out) Hessian "
+            "is not positive definite at this `lam` (too little regularisation?)")
+    return float(acv), np.asarray(grad)
+
+
+def _full_fit(model, data, params):
+    """``(prepared, n, u_full)``: prepare the data and fit unless ``params`` are given."""
+    prepared, _, n = model.prepare(data)
+    if params is None:
+        params = model.fit(prepared)
+    return prepared, n, model.params_to_flat(model.check_params(params, prepared))
+
+
+def aloocv_gradient(model, data, params=None, *, gradient: str = "implicit", subset=None,
+                    batch_size: int = 128):
+    """ALOOCV estimate and its gradient with respect to the penalty weights ``lam``.
+
+    Args:
+        model: an ERM model; data: ``(X, y)``; params: its fit (fitted when ``None``;
+            treated as stationary).
+        gradient: one of :data:`GRADIENTS` (see the module docstring): ``"implicit"`` (exact
+            derivative of the estimate), ``"seed"`` (seed eq. 16, Hessian at each
+            leave-one-out point) or ``"full_fit_hessian"`` (eq. 16 with the Hessian kept at
+            the full fit — cheaper, reuses the downdated factors).
+        subset: indices of the samples whose LOO terms are averaged (default: all).
+        batch_size: samples per vectorised batch (``"seed"``, ``"full_fit_hessian"``).
+
+    Returns:
+        ``(acv, grad (m,))`` with ``m`` the number of penalty weights (``model.lam_vector()``).
+
+    Raises:
+        NotPositiveDefiniteError: a Hessian needed more than a negligible jitter.
+    """
+    check_choice("gradient", gradient, GRADIENTS)
+    prepared, n, u_full = _full_fit(model, data, params)
+    subset = np.arange(n) if subset is None else np.asarray(subset, dtype=np.int64)
+    return _problem_gradient(model.smooth_problem(prepared, u_full), gradient, subset,
+                             batch_size)
