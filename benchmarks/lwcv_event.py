@@ -43,7 +43,7 @@ def timed(fn):
 
 def fit(T):
     x = acv.datasets.load_calls(T)
-    model = TimeVaryingPoisson()
+    model = TimeVaryingPoisson(slots_per_day=169, days_per_week=5)
     params, seconds = timed(lambda: model.fit(x))
     r = model.fit_result_
     info = {"T": T, "fit_seconds": seconds, "objective": r["final_objective"],

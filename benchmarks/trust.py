@@ -150,7 +150,8 @@ def load_data(key):
 def make_model(name, kwargs):
     if name == "TimeVaryingPoisson":
         from approxcv.models.hmm.time_varying_poisson import TimeVaryingPoisson
-        return TimeVaryingPoisson(**kwargs)
+        # the calls data: 169 five-minute slots a weekday, 5 weekdays a week
+        return TimeVaryingPoisson(**{"slots_per_day": 169, "days_per_week": 5, **kwargs})
     return getattr(acv.models, name)(**kwargs)
 
 

@@ -116,11 +116,14 @@ class TimeVaryingPoisson(HMM):
     of such series, ``level="structure"``), e.g. :func:`approxcv.datasets.load_calls`.
 
     Args:
-        slots_per_day: time steps per day (169 five-minute slots for the calls data).
-        days_per_week: days in the weekly cycle of ``delta`` (5: the calls data are weekdays
-            only; six weekdays are missing from the source, see
-            ``approxcv/datasets/PROVENANCE.md``, so the day of week is approximate after
-            the first gap, on 4 April 2003).
+        slots_per_day: time steps per day (required: 169 five-minute slots for the shipped
+            calls data, 288 for round-the-clock five-minute freeway counts). No default: a
+            wrong one silently misspecifies the profile. :meth:`for_series` infers it (and
+            ``days_per_week``) from a pandas Series with a ``DatetimeIndex``.
+        days_per_week: days in the weekly cycle of ``delta`` (required: 5 for the calls data,
+            which are weekdays only, 7 for every day of the week; six weekdays are missing
+            from the calls source, see ``approxcv/datasets/PROVENANCE.md``, so its day of week
+            is approximate after the first gap, on 4 April 2003).
         time_of_day: estimate the within-day profile ``h`` (needed for real 5-minute data).
         max_count: cap of the excess grid ``0..cap``; ``None`` (default) uses the largest
             count of the data. A larger count raises ``InvalidDataError``.
@@ -143,7 +146,7 @@ class TimeVaryingPoisson(HMM):
     Example:
         >>> import approxcv as acv
         >>> x = acv.datasets.load_calls(5000)
-        >>> model = acv.models.TimeVaryingPoisson()
+        >>> model = acv.models.TimeVaryingPoisson(slots_per_day=169, days_per_week=5)
         >>> params = model.fit(x)
         >>> res = acv.cross_validate(model, x, acv.folds.iid(len(x), 0.05, 100),
         ...                          params=params)
@@ -152,7 +155,7 @@ class TimeVaryingPoisson(HMM):
     #: exact-CV refits use damped Newton (a few dense-Hessian steps) instead of BFGS
     refit_solver = "newton"
 
-    def __init__(self, *, slots_per_day: int = 169, days_per_week: int = 5,
+    def __init__(self, *, slots_per_day: int | None = None, days_per_week: int | None = None,
                  time_of_day: bool = True, max_count: int | None = None,
                  rate_prior=(1.1, 1e-3), excess_shape_prior=(2.0, 0.1),
                  excess_rate_prior=(1.1, 0.1), normal_stay_prior=(10.0, 1.5),
@@ -160,6 +163,15 @@ class TimeVaryingPoisson(HMM):
                  profile_scale: float = 0.3, n_init: int = 3, n_perturb: int = 8,
                  max_newton_steps: int = 50, **kwargs):
         kwargs.pop("n_states", None)
+        missing = [name for name, v in (("slots_per_day", slots_per_day),
+                                        ("days_per_week", days_per_week)) if v is None]
+        if missing:
+            raise InvalidArgumentError(
+                f"TimeVaryingPoisson needs `{'` and `'.join(missing)}`: the time steps per day "
+                "and the days in the weekly cycle of your data (the shipped calls data: "
+                "slots_per_day=169, days_per_week=5; five-minute counts round the clock every "
+                "day: 288 and 7); TimeVaryingPoisson.for_series(series) infers both from a "
+                "pandas Series with a DatetimeIndex")
         super().__init__(2, n_init=n_init, n_perturb=n_perturb, **kwargs)
         from ..._validate import check_positive, check_positive_int
         self.slots_per_day = check_positive_int("slots_per_day", slots_per_day)
@@ -175,6 +187,76 @@ class TimeVaryingPoisson(HMM):
         self.max_newton_steps = check_positive_int("max_newton_steps", max_newton_steps)
         self.day_concentration = check_positive("day_concentration", day_concentration)
         self.profile_scale = check_positive("profile_scale", profile_scale)
+
+    @classmethod
+    def for_series(cls, series, **kwargs) -> "TimeVaryingPoisson":
+        """The model with ``slots_per_day`` and ``days_per_week`` read off the timestamps of
+        ``series`` (a pandas Series of counts with a ``DatetimeIndex``); fit it to
+        ``series.to_numpy()``.
+
+        ``slots_per_day`` is the number of observations on each calendar date (every date
+        must have the same number, starting at the same time of day, so slot ``s`` is the
+        same clock time every day); ``days_per_week`` is the number of distinct weekdays
+        present (5 for weekdays only, 7 for every day). The model's day cycle is
+        ``day(t) = floor(t / slots_per_day) mod days_per_week`` from the first date, so a
+        date missing from that cycle (a holiday, an outage) shifts every later day's effect:
+        it is reported by an :class:`~approxcv.errors.ApproxCVWarning` naming the first one.
+
+        Args:
+            series: pandas Series with a ``DatetimeIndex``, increasing.
+            **kwargs: the other arguments of :class:`TimeVaryingPoisson`.
+
+        Raises:
+            ArgumentTypeError: ``series`` has no ``DatetimeIndex``.
+            InvalidDataError: timestamps not increasing, or dates with different numbers of
+                slots or different start times (named).
+        """
+        import warnings
+
+        import pandas as pd
+
+        from ...errors import ApproxCVWarning, ArgumentTypeError
+        index = getattr(series, "index", None)
+        if not isinstance(index, pd.DatetimeIndex):
+            raise ArgumentTypeError(
+                "`series` must be a pandas Series with a DatetimeIndex, got "
+                f"{type(series).__name__} indexed by {type(index).__name__}; pass "
+                "slots_per_day and days_per_week to TimeVaryingPoisson instead")
+        if len(index) < 2 or not index.is_monotonic_increasing or not index.is_unique:
+            raise InvalidDataError("`series` timestamps must be unique and increasing, "
+                                   f"with at least 2 of them (got {len(index)})")
+        for name in ("slots_per_day", "days_per_week"):
+            if name in kwargs:
+                raise InvalidArgumentError(f"`{name}` is read from the series by for_series; "
+                                           "to set it, call TimeVaryingPoisson(...) instead")
+        dates = index.normalize()
+        per_date = pd.Series(1, index=dates).groupby(level=0).size()
+        slots = int(per_date.iloc[0])
+        odd = per_date[per_date != slots]
+        if len(odd):
+            raise InvalidDataError(
+                f"`series` has {slots} observations on {per_date.index[0].date()} but "
+                f"{int(odd.iloc[0])} on {odd.index[0].date()}: every date needs the same "
+                "number of slots (fill the missing slots or drop incomplete days)")
+        starts = pd.Series(index - dates, index=dates).groupby(level=0).first()
+        late = starts[starts != starts.iloc[0]]
+        if len(late):
+            raise InvalidDataError(
+                f"`series` starts {late.index[0].date()} at {late.iloc[0]} after midnight, but "
+                f"{starts.index[0].date()} at {starts.iloc[0]}: slot s must be the same time "
+                "of day on every date")
+        weekdays = np.unique(per_date.index.dayofweek)
+        position = np.searchsorted(weekdays, per_date.index.dayofweek)
+        step = np.diff(position) % weekdays.size
+        expected = 1 % weekdays.size
+        gaps = np.flatnonzero((step != expected) | (np.diff(per_date.index).astype(
+            "timedelta64[D]").astype(int) > 7))
+        if gaps.size:
+            warnings.warn(
+                f"`series` skips a day of its {weekdays.size}-day cycle after "
+                f"{per_date.index[gaps[0]].date()} ({gaps.size} such gap(s)): the day effects "
+                "after it are shifted", ApproxCVWarning, stacklevel=2)
+        return cls(slots_per_day=slots, days_per_week=int(weekdays.size), **kwargs)
 
     @staticmethod
     def _pair(name, value):

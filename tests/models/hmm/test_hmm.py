@@ -272,7 +272,7 @@ PRIORS = {  # model constructor -> its prior hyperparameters
     lambda **kw: _M.ARHMM(2, **kw): ("var_shape", "var_scale", "cov_dof", "cov_scale",
                                      "ar_prior_var", "bias_prior_var"),
     lambda **kw: _M.NeuralARHMM(2, **kw): ("weight_prior_var", "bias_prior_var"),
-    lambda **kw: _M.TimeVaryingPoisson(**kw): ("day_concentration", "profile_scale",
+    lambda **kw: _M.TimeVaryingPoisson(slots_per_day=12, days_per_week=2, **kw): ("day_concentration", "profile_scale",
                                                "rate_prior", "event_stay_prior"),
 }
 

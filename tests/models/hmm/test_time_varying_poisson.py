@@ -11,7 +11,7 @@ from scipy import stats
 import approxcv as acv
 from approxcv import engine
 from approxcv.optim import batched_newton_minimize
-from approxcv.errors import InvalidDataError
+from approxcv.errors import InvalidArgumentError, InvalidDataError
 from approxcv.models.hmm.time_varying_poisson import (
     TimeVaryingPoisson,
     TimeVaryingPoissonParams,
@@ -178,3 +178,33 @@ def test_params_and_rates_are_normalised(fitted):
     flat = TimeVaryingPoisson(slots_per_day=SLOTS, days_per_week=1, time_of_day=False)
     p = flat.init_params(x, None, 1, 0)[0]
     assert p.slot_profile.shape == (1,) and p.day_effect.shape == (1,)
+
+
+def test_day_layout_is_required_or_read_from_timestamps():
+    """No default that fits the shipped data only: the layout is required, or inferred from
+    a DatetimeIndex (freeway-like 288 x 7, call-centre-like weekdays 169 x 5)."""
+    import pandas as pd
+
+    from approxcv.errors import ApproxCVWarning, ArgumentTypeError
+    with pytest.raises(InvalidArgumentError, match="slots_per_day.*days_per_week.*for_series"):
+        TimeVaryingPoisson()
+    with pytest.raises(InvalidArgumentError, match="`days_per_week`"):
+        TimeVaryingPoisson(slots_per_day=288)
+    freeway = pd.Series(1, index=pd.date_range("2024-01-01", periods=3 * 7 * 288, freq="5min"))
+    model = TimeVaryingPoisson.for_series(freeway, n_init=1)
+    assert (model.slots_per_day, model.days_per_week, model.n_init) == (288, 7, 1)
+    days = pd.bdate_range("2003-03-03", periods=12)
+    calls = pd.DatetimeIndex([d + pd.Timedelta(minutes=420 + 5 * s) for d in days
+                              for s in range(169)])
+    model = TimeVaryingPoisson.for_series(pd.Series(1, index=calls))
+    assert (model.slots_per_day, model.days_per_week) == (169, 5)
+    with pytest.warns(ApproxCVWarning, match="skips a day.*2003-03-06"):
+        TimeVaryingPoisson.for_series(pd.Series(1, index=calls[~calls.normalize().isin(
+            [pd.Timestamp("2003-03-07")])]))
+    with pytest.raises(InvalidDataError, match="same\\s+number of slots|number of slots"):
+        TimeVaryingPoisson.for_series(pd.Series(1, index=calls[:-1]))
+    with pytest.raises(InvalidDataError, match="time\\s+of day|same time"):
+        TimeVaryingPoisson.for_series(pd.Series(1, index=calls[:338].append(
+            calls[338:507] + pd.Timedelta(minutes=5))))
+    with pytest.raises(ArgumentTypeError, match="DatetimeIndex"):
+        TimeVaryingPoisson.for_series(np.ones(10))
