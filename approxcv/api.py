@@ -119,7 +119,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         fold_loss, points = diagnostics.pop("heldout")
     else:
         fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
-                                           opts.progress)
+                                           opts.progress, diagnostics)
     stages["heldout"] = time.perf_counter() - t_heldout
     diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
     if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate

@@ -23,7 +23,7 @@ import numpy as np
 from .errors import InvalidDataError
 from ._compile import jit
 
-__all__ = ["Problem", "GLMStructure", "make_problem", "flat_params"]
+__all__ = ["Problem", "GLMStructure", "Windows", "make_problem", "flat_params"]
 
 
 class Problem(NamedTuple):
@@ -38,7 +38,9 @@ class Problem(NamedTuple):
     the model's preferred exact-CV optimiser or ``None``; batch_rows: how batched refits
     evaluate their rows (the model's ``batch_rows``); for_refits: ``None``, or a function of
     no arguments returning the problem exact refits use when this one is a smooth local
-    surrogate or carries no starts (``"auto"`` and ``audit=``).
+    surrogate or carries no starts (``"auto"`` and ``audit=``); windows: ``None``, or a
+    function of no arguments returning the :class:`Windows` of a model whose held-out
+    losses of short folds can be computed in windows of one long series (scheme A).
 
     ERM extras (model-declared capabilities turned into plain fields; ``None`` otherwise):
     glm: :class:`GLMStructure` (``F = sum_i w_i loss(a_i^T u, y_i) + R(u)``: rank-one
@@ -63,6 +65,20 @@ class Problem(NamedTuple):
     fold_check: Callable | None = None
     batch_rows: str = "vmap"
     for_refits: Callable | None = None
+    windows: Callable | None = None
+
+
+class Windows(NamedTuple):
+    """Held-out losses in windows of one long series (``model.window_heldout_loss``).
+
+    heldout(u, start, w_window, context, data) -> ``(fold_loss, points (L,))`` of the units
+    with weight 0 in ``[start, start + L)``; context: the full fit's boundary messages. Under
+    scheme A the weighted objective also splits as ``F(u, w_o) = F(u, 1) - L_o(u)`` (the
+    fold loss), which the error estimates of long series use
+    (:mod:`approxcv.engine.windows`).
+    """
+    heldout: Callable
+    context: Any
 
 
 class GLMStructure(NamedTuple):
@@ -107,7 +123,10 @@ def _functions(model, scheme, level, treedef, shapes):
     def heldout(u, w, data):
         return model.heldout_loss(unravel(u), data, w, level=level)
 
-    return fun, heldout, unravel
+    def window_heldout(u, start, w, context, data):
+        return model.window_heldout_loss(unravel(u), data, start, w, context)
+
+    return fun, heldout, unravel, window_heldout
 
 
 def flat_params(model, params):
@@ -159,11 +178,30 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     if not np.all(np.isfinite(np.asarray(u_full))):
         raise InvalidDataError("`params` lie on the boundary of their domain (a probability "
                                "or rate of 0); the unconstrained parameters are infinite")
-    fun, heldout, unravel = _functions(model, scheme, level, treedef, shapes)
+    fun, heldout, unravel, window_heldout = _functions(model, scheme, level, treedef, shapes)
     scale = model.objective_scale(prepared)
     glm = model.glm_structure(prepared)
+    windows = None
+    if scheme == "A" and getattr(model, "supports_windows", None) is not None \
+            and model.supports_windows(prepared, level):
+        windows = _windows(model, window_heldout, unravel, prepared, u_full)
     return Problem(fun, heldout, prepared, u_full, unravel, int(n_units),
                    float(n_units if scale is None else scale), starts,
                    (model, scheme, level), getattr(model, "refit_solver", None),
                    None if glm is None else GLMStructure(*glm), refit, checker,
-                   getattr(model, "batch_rows", "vmap"))
+                   getattr(model, "batch_rows", "vmap"), None, windows)
+
+
+@functools.partial(jit, static_argnums=(0, 1))
+def _window_context(model, unravel, u, data):
+    return model.window_context(unravel(u), data)
+
+
+def _windows(model, window_heldout, unravel, data, u_full):
+    """A function of no arguments returning the :class:`Windows` (the boundary messages of
+    the full fit are computed on first use only, one forward-backward pass)."""
+    @functools.lru_cache(maxsize=1)
+    def windows():
+        return Windows(window_heldout, _window_context(model, unravel, jnp.asarray(u_full),
+                                                       data))
+    return windows

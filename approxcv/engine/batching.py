@@ -121,8 +121,12 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True):
 
 
 def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
-                   progress: bool = False):
+                   progress: bool = False, info: dict | None = None):
     """Held-out losses of every fold at its parameters.
+
+    Short folds on one long series (leave-one-out, say) are evaluated in windows of the
+    series when the model offers them (:mod:`approxcv.engine.windows`: accepted only where
+    doubling the window no longer changes the loss, else the full pass).
 
     Args:
         problem: the :class:`~approxcv.problem.Problem`.
@@ -131,12 +135,18 @@ def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
         batch_size: folds per vectorised batch (default: by memory).
         progress: a progress bar with the remaining time for long runs
             (:func:`progress_chunk`).
+        info: a dict to record how windows were used in (``"heldout_windows"``).
 
     Returns:
         ``(fold_loss (n_folds,), point_loss (n_folds, m))`` NumPy arrays; padded entries 0.
     """
-    batch_size = int(batch_size or fold_batch_size(problem, len(index)))
-    chunk = progress_chunk(len(index), batch_size, problem.data, progress)
-    return in_chunks(lambda p, i: _heldout(problem.heldout, p, i, problem.data,
-                                           problem.n_units, batch_size),
-                     (params_flat, index), chunk, "held-out losses", progress)
+    def full(params, idx):
+        size = int(batch_size or fold_batch_size(problem, len(idx)))
+        chunk = progress_chunk(len(idx), size, problem.data, progress)
+        return in_chunks(lambda p, i: _heldout(problem.heldout, p, i, problem.data,
+                                               problem.n_units, size),
+                         (params, idx), chunk, "held-out losses", progress)
+    from .windows import use_windows, windowed_heldout_losses
+    if use_windows(problem, index):
+        return windowed_heldout_losses(problem, params_flat, index, progress, info, full)
+    return full(params_flat, index)

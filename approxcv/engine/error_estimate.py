@@ -119,20 +119,31 @@ def ij_chord_steps_cg(fun, u_1, params, index, data, n: int, rtol, max_steps: in
     return (jax.vmap(extrapolate)(s1.x, s2.x, rho), rho, s1.converged & s2.converged)
 
 
-def full_hessian_chord_steps(problem, params, index, options, chol=None):
+def full_hessian_chord_steps(problem, params, index, options, chol=None, info=None):
     """``(correction (n_folds, D), rho (n_folds,))`` of the fold points ``params`` with
     ``M = H`` at ``(u_1, 1)``: :func:`ij_chord_steps` with the Cholesky factor ``chol`` the
     IJ holds, else (matrix-free) :func:`ij_chord_steps_cg` (a row CG could not solve is NaN:
-    its estimate unknown, not the fold). Applied to the IJ's points this is the IJ's own
+    its estimate unknown, not the fold). Short folds on a long series take
+    :func:`approxcv.engine.windows.taylor_chord_steps` (recorded in ``info``) when its
+    check passes. Applied to the IJ's points this is the IJ's own
     estimate; applied to a refined point ``u*`` it is the next round of the same iteration
     (``method="auto"``'s chord stage)."""
-    index = jnp.asarray(index)
     if chol is not None:
-        batch = int(options.batch_size or fold_batch_size(problem, len(index)))
-        chunk = progress_chunk(len(index), batch, problem.data, options.progress)
-        return in_chunks(lambda p, i: ij_chord_steps(problem.fun, chol, p, i, problem.data,
-                                                     problem.n_units, batch),
-                         (params, index), chunk, "error estimates", options.progress)
+        def full(p_rows, idx_rows):
+            batch = int(options.batch_size or fold_batch_size(problem, len(idx_rows)))
+            chunk = progress_chunk(len(idx_rows), batch, problem.data, options.progress)
+            return in_chunks(lambda p, i: ij_chord_steps(problem.fun, chol, p, i,
+                                                         problem.data, problem.n_units,
+                                                         batch),
+                             (p_rows, idx_rows), chunk, "error estimates", options.progress)
+        from .windows import taylor_chord_steps, use_taylor_chord_steps
+        if use_taylor_chord_steps(problem, index):
+            out = taylor_chord_steps(problem, params, index, chol, full, options.progress,
+                                     info=info)
+            if out is not None:
+                return out
+        return full(np.asarray(params), np.asarray(index))
+    index = jnp.asarray(index)
     hvp_batch = int(max(1, 2_000_000 // max(problem.n_units, 1)))
     step, rate, solved = ij_chord_steps_cg(
         problem.fun, problem.u_full, jnp.asarray(params), index, problem.data,

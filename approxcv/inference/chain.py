@@ -33,7 +33,8 @@ from jax import lax
 from jax.scipy.special import logsumexp
 
 __all__ = ["weighted_potentials", "log_normalizer", "weighted_log_marginal",
-           "posterior_marginals", "heldout_losses", "ChainPosterior"]
+           "posterior_marginals", "heldout_losses", "ChainPosterior", "boundary_messages",
+           "window_heldout_losses"]
 
 
 class ChainPosterior(NamedTuple):
@@ -115,8 +116,9 @@ def _forward(init, trans, lik):
     return log_c, jnp.concatenate([(alpha0 / c0)[None], alphas])
 
 
-def _backward(trans, lik):
-    """Scaled backward pass: ``beta_{t-1} ∝ A_t (lik_t * beta_t)``, each normalised to sum 1."""
+def _backward(trans, lik, beta_last=None):
+    """Scaled backward pass: ``beta_{t-1} ∝ A_t (lik_t * beta_t)``, each normalised to sum 1,
+    from ``beta_last`` (default uniform: nothing observed after the last step)."""
     num_states = lik.shape[1]
     time_varying = trans.ndim == 3
 
@@ -127,7 +129,8 @@ def _backward(trans, lik):
         new = new / jnp.sum(new)
         return new, new
 
-    beta_last = jnp.ones(num_states) / num_states
+    if beta_last is None:
+        beta_last = jnp.ones(num_states, lik.dtype) / num_states
     xs = (trans, lik[1:]) if time_varying else lik[1:]
     _, betas = lax.scan(_step, beta_last, xs, reverse=True)
     return jnp.concatenate([betas, beta_last[None]])
@@ -180,3 +183,62 @@ def heldout_losses(log_init, log_trans, log_lik, weights):
     log_pred = logsumexp(log_gamma + log_lik, axis=1)
     point_losses = jnp.where(kept > 0, 0.0, -log_pred)
     return fold_loss, point_losses
+
+
+def boundary_messages(log_init, log_trans, log_lik):
+    """The messages a window of the chain needs from outside it (:func:`window_heldout_losses`).
+
+    Returns:
+        ``(log_filtered (T, K), log_backward (T, K))``: ``log p(z_t | x_{1..t})`` and
+        ``log beta_t = log p(x_{t+1..T} | z_t) + c_t`` (each normalised to sum 1 over
+        ``k``; the constant cancels in held-out losses).
+    """
+    init, trans, lik, _ = _scaled_potentials(log_init, log_trans, log_lik)
+    _, alphas = _forward(init, trans, lik)
+    return jnp.log(alphas), jnp.log(_backward(trans, lik))
+
+
+def window_heldout_losses(log_init, log_trans, log_lik, weights, log_filtered_before,
+                          log_backward_end, at_start):
+    """Held-out losses of units left out inside a window ``[s, e]`` of a long chain, with
+    the rest of the chain summarised by two boundary messages.
+
+    For a fold ``o`` inside the window, everything outside it is kept, so with
+    ``p_s(k) = sum_j p(z_{s-1} = j | x_{<s}) A(j, k)`` (``pi`` if ``s`` is the first step) and
+    ``beta_e(k) ∝ p(x_{>e} | z_e = k)``::
+
+        -log p(x_o | x_kept) = log Z_w(kept) - log Z_w(all),
+        Z_w(v) = sum_z p_s(z_s) prod_{t=s+1..e} A(z_{t-1}, z_t)
+                 prod_{t=s..e} p(x_t | z_t)^{v_t} beta_e(z_e)
+
+    and ``-log p(x_t | x_kept)`` from the window's smoothed marginals. This is exact when the
+    boundary messages are those of the same parameters; with messages of nearby parameters
+    (the full fit, for a fold's parameters) the error decays geometrically with the distance
+    from the fold to the window's ends (the filter forgets), which the caller measures by
+    doubling the window.
+
+    Args:
+        log_init: ``(K,)``; log_trans: ``(K, K)``; log_lik: ``(L, K)`` of the window.
+        weights: ``(L,)`` 0/1; zeros mark the left-out units.
+        log_filtered_before: ``(K,)`` ``log p(z_{s-1} | x_{<s})`` (ignored ``at_start``).
+        log_backward_end: ``(K,)`` ``log beta_e``.
+        at_start: the window starts at the chain's first step.
+
+    Returns:
+        ``(fold_loss, point_losses (L,))`` as :func:`heldout_losses` for the window.
+    """
+    kept = (weights > 0).astype(log_lik.dtype)
+    log_prior = jnp.where(at_start, log_init,
+                          logsumexp(log_filtered_before[:, None] + log_trans, axis=0))
+    prior, trans, lik, shift = _scaled_potentials(log_prior, log_trans, log_lik)
+    lik_kept = jnp.where(kept[:, None] > 0, lik, 1.0)
+    log_cs, alphas = jax.vmap(_forward, in_axes=(None, None, 0))(
+        prior, trans, jnp.stack([lik, lik_kept]))
+    beta_end = jnp.exp(log_backward_end - jnp.max(log_backward_end))
+    log_end = jnp.log(alphas[:, -1] @ beta_end)
+    fold_loss = (log_cs[1] + log_end[1] + jnp.sum(shift * kept)
+                 - log_cs[0] - log_end[0] - jnp.sum(shift))
+    gamma = alphas[1] * _backward(trans, lik_kept, beta_end / jnp.sum(beta_end))
+    log_gamma = jnp.log(gamma) - jnp.log(jnp.sum(gamma, axis=1, keepdims=True))
+    log_pred = logsumexp(log_gamma + log_lik, axis=1)
+    return fold_loss, jnp.where(kept > 0, 0.0, -log_pred)

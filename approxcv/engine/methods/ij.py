@@ -82,7 +82,8 @@ def ij(problem, folds, options):
         diagnostics["fold_gradient_norm"] = np.asarray(fold_grad)
         diagnostics["unreliable"] = {"hessian_not_pd": np.full(len(folds), not factor.reliable)}
         t_est = time.perf_counter()
-        step, rate = full_hessian_chord_steps(problem, params, index, options, factor.chol)
+        step, rate = full_hessian_chord_steps(problem, params, index, options, factor.chol,
+                                              diagnostics)
         diagnostics["chord_correction"], diagnostics["chord_rate"] = step, rate
         diagnostics["chord_factor"] = factor.chol   # for auto's chord stage; not reported
         diagnostics["stage_seconds"] = {"derivatives": t_solve - t, "solve": t_est - t_solve,

@@ -49,6 +49,9 @@ class CategoricalHMM(HMM):
                 f"min {arr.min()}, max {arr.max()}")
         return arr.astype(np.int32)
 
+    #: one observation per emission row (windows of the series: HMM.supports_windows)
+    rowwise_emissions = True
+
     def _emission_log_lik(self, params, x):
         """``log B[k, x_t]``, shape ``(T, K)``."""
         return jnp.log(params.emission_probs)[:, x].T

@@ -120,6 +120,11 @@ class GaussianHMM(HMM):
         return params._replace(means=(params.means - drift) / scale,
                                variances=params.variances / scale ** 2)
 
+    @property
+    def rowwise_emissions(self) -> bool:
+        """Windows of the series (HMM.supports_windows) need emissions without lags."""
+        return self.ar_order == 0
+
     def _emission_log_lik(self, params, x):
         """Diagonal Gaussian log density of ``x_t`` under each state's (AR) mean, ``(T, K)``."""
         means = jnp.broadcast_to(params.means[None], (x.shape[0],) + params.means.shape)

@@ -54,6 +54,9 @@ class PoissonHMM(HMM):
     def _validate_sequence(self, x, name):
         return check_counts(x, name)
 
+    #: one observation per emission row (windows of the series: HMM.supports_windows)
+    rowwise_emissions = True
+
     def _emission_log_lik(self, params, x):
         """``log p(x_t | z_t = k) = x_t log lambda_k - lambda_k - log x_t!``, shape ``(T, K)``."""
         rates = params.rates
