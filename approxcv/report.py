@@ -19,14 +19,16 @@ import numpy as np
 import pandas as pd
 
 from . import _html as H
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, ResultFileError
 from .results import compare, compare_models
 from .results_io import SavedResult, saved_results
 
-__all__ = ["build_report", "report_html"]
+__all__ = ["build_report", "report_html", "read_summary", "report_path"]
 
 MAX_ROWS = 50       # rows of a per-fold table before it is cut (the note says how many)
 MAX_IDS = 15        # fold ids listed per cause
+NO_RESULTS = ("holds no saved results (NAME.json + NAME.npz written by CVResult.save or "
+              "approxcv demo, there or in its results/ folder)")
 
 
 class Pair(NamedTuple):
@@ -352,27 +354,45 @@ def report_html(saved: list[SavedResult], result_dir, summary: dict | None = Non
     return H.page(f"approxcv report: {result_dir.resolve().name}", meta, sections)
 
 
+def read_summary(result_dir) -> dict | None:
+    """The demo's ``summary.json`` in ``result_dir``, or ``None`` where there is none.
+
+    Raises:
+        ResultFileError: it exists but is not a JSON object.
+    """
+    path = Path(result_dir) / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResultFileError(f"cannot read {str(path)!r}: {err}") from None
+    if not isinstance(summary, dict):
+        raise ResultFileError(f"{str(path)!r} is not a JSON object")
+    return summary
+
+
+def report_path(result_dir, out=None) -> Path:
+    """Where the report goes: ``out`` (a directory gets a ``report.html`` in it), by
+    default ``result_dir/report.html``."""
+    out = Path(result_dir) / "report.html" if out is None else Path(out)
+    return out / "report.html" if out.is_dir() else out
+
+
 def build_report(result_dir, out=None) -> Path:
     """Write the HTML report of the results saved in ``result_dir`` (and its ``results/``
-    folder) to ``out`` (default ``result_dir/report.html``; a directory gets a
-    ``report.html`` in it); return its path.
+    folder) to :func:`report_path` ``(result_dir, out)``; return that path.
 
     Raises:
         InvalidArgumentError: ``result_dir`` is not a directory or holds no saved result.
-        ResultFileError: a saved result there cannot be read.
+        ResultFileError: a saved result there (or ``summary.json``) cannot be read.
     """
     result_dir = Path(result_dir)
     if not result_dir.is_dir():
         raise InvalidArgumentError(f"`result_dir` {str(result_dir)!r} is not a directory")
     saved = saved_results(result_dir)
     if not saved:
-        raise InvalidArgumentError(
-            f"`result_dir` {str(result_dir)!r} holds no saved results (NAME.json + NAME.npz "
-            "written by CVResult.save or approxcv demo, there or in its results/ folder)")
-    summary_path = result_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-    out = result_dir / "report.html" if out is None else Path(out)
-    if out.is_dir():
-        out = out / "report.html"
-    out.write_text(report_html(saved, result_dir, summary), encoding="utf-8")
+        raise InvalidArgumentError(f"`result_dir` {str(result_dir)!r} {NO_RESULTS}")
+    out = report_path(result_dir, out)
+    out.write_text(report_html(saved, result_dir, read_summary(result_dir)), encoding="utf-8")
     return out
