@@ -157,6 +157,9 @@ def report(args) -> Path:
     if not saved:
         raise _BadOption("RESULT_DIR", f"{args.result_dir!r} {NO_RESULTS}")
     out = report_path(where, args.out)
+    if not out.parent.is_dir():      # before the report is built
+        raise _BadOption("--out", f"cannot write {str(out)!r}: {str(out.parent)!r} is not a "
+                         "directory")
     text = report_html(saved, where, summary)
     _write(out, lambda p: p.write_text(text, encoding="utf-8"))
     if not args.quiet:
