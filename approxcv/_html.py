@@ -66,10 +66,12 @@ def figure(fig, caption: str, alt: str) -> str:
 
 
 def note(text: str) -> str:
+    """A paragraph of explanation."""
     return f'<p class="note">{esc(text)}</p>'
 
 
 def section(anchor: str, title: str, body: str) -> str:
+    """A ``<section>`` with the id ``anchor`` and a heading."""
     return f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>\n{body}\n</section>'
 
 

@@ -26,10 +26,12 @@ class Pair(NamedTuple):
 
 
 def model_name(s: SavedResult) -> str:
+    """The model recorded with ``s``, or an en dash."""
     return s.model or "–"
 
 
 def result_name(s: SavedResult) -> str:
+    """``label (method)``, how a result is named in headings and bars."""
     return f"{s.label} ({s.result.method})"
 
 
@@ -51,6 +53,8 @@ def find_pairs(saved: list[SavedResult]) -> list[Pair]:
 
 
 def _pair_summary(p: Pair) -> str:
+    """Key figures of a compared pair: shared folds, mean and largest relative errors
+    (reliable folds), time per fold of each and the speed-up."""
     df, a, e = p.table, p.approx.result, p.exact.result
     folds = df[df.kind == "fold"]
     good = folds[~folds.unreliable]
@@ -68,6 +72,7 @@ def _pair_summary(p: Pair) -> str:
 
 
 def _pair_figures(p: Pair) -> str:
+    """Approximate against exact losses per point and per fold, side by side."""
     from .plot import scatter
     import matplotlib.pyplot as plt
     figs = []
@@ -83,6 +88,7 @@ def _pair_figures(p: Pair) -> str:
 
 
 def approx_exact_section(pairs: list[Pair]) -> tuple:
+    """``(anchor, title, body)``: every approximate/exact pair, or why there is none."""
     parts = []
     for p in pairs:
         head = (f"<h3>{H.esc(result_name(p.approx))} against {H.esc(result_name(p.exact))}, model "
@@ -104,6 +110,7 @@ def approx_exact_section(pairs: list[Pair]) -> tuple:
 
 
 def _estimate_figure(s: SavedResult, est: np.ndarray, tol: float) -> str:
+    """Histogram of ``log10`` of the positive finite error estimates, ``tol`` marked."""
     import matplotlib.pyplot as plt
     pos = est[np.isfinite(est) & (est > 0)]
     fig, ax = plt.subplots(figsize=(5, 3.4))
@@ -123,6 +130,7 @@ def _estimate_figure(s: SavedResult, est: np.ndarray, tol: float) -> str:
 
 
 def _measured_figure(p: Pair, table: pd.DataFrame) -> str:
+    """Estimated against measured relative error of each exactly refitted fold (log-log)."""
     import matplotlib.pyplot as plt
     finite = np.isfinite(table.error_estimate) & np.isfinite(table.rel_error)
     ok = table[finite & (table.error_estimate > 0) & (table.rel_error > 0)]
@@ -144,6 +152,8 @@ def _measured_figure(p: Pair, table: pd.DataFrame) -> str:
 
 
 def _estimates_of(s: SavedResult, pairs: list[Pair]) -> str:
+    """One result's error estimates: statistics, histogram, and against every exact
+    result it is paired with."""
     est = np.asarray(s.result.error_estimate, float)
     tol = float(s.result.diagnostics.get("tol", np.nan))
     finite = est[np.isfinite(est)]
@@ -172,6 +182,7 @@ def _estimates_of(s: SavedResult, pairs: list[Pair]) -> str:
 
 
 def error_section(saved, pairs) -> tuple:
+    """``(anchor, title, body)``: the error estimates of every result that has them."""
     with_est = [s for s in saved if s.result.error_estimate is not None]
     parts = [_estimates_of(s, pairs) for s in with_est] or [H.note(
         "No result here carries per-fold error estimates (the IJ and NS methods do).")]

@@ -28,6 +28,8 @@ def _fold_key(result) -> str:
 
 
 def results_section(saved, result_dir: Path) -> tuple:
+    """``(anchor, title, body)``: one row per result: what it is, its means, headline
+    diagnostics."""
     rows = []
     for s in saved:
         r, summ = s.result, s.result.summary()
@@ -62,6 +64,7 @@ def _flatten(d: dict, prefix: str = ""):
 
 
 def demo_section(summary: dict) -> tuple:
+    """``(anchor, title, body)``: the demo's ``summary.json``, flattened."""
     body = (H.key_values(_flatten(summary))
             + H.note("The demo's summary.json as written by approxcv demo (times in "
                      "seconds)."))
@@ -69,6 +72,8 @@ def demo_section(summary: dict) -> tuple:
 
 
 def comparison_section(saved) -> tuple:
+    """``(anchor, title, body)``: :func:`compare_models` of every group of two or more
+    results holding the same folds, or why there is none."""
     from . import plot
     groups: dict[str, list] = {}
     for s in saved:
@@ -98,6 +103,8 @@ def comparison_section(saved) -> tuple:
 
 
 def timing_section(saved, pairs) -> tuple:
+    """``(anchor, title, body)``: seconds of every result by stage, and timing bars
+    (with the exact time extrapolated to an approximate result's folds, labelled so)."""
     from .plot import timing_bars
     import matplotlib.pyplot as plt
     stages = sorted({k for s in saved for k in s.result.stage_seconds})
@@ -126,6 +133,7 @@ def timing_section(saved, pairs) -> tuple:
 
 
 def _unreliable_of(s: SavedResult) -> str:
+    """One result's unreliable folds: counts by cause, and the folds with their causes."""
     r = s.result
     causes = r.diagnostics.get("unreliable_causes", {})
     bad_ids = r.fold_ids[r.unreliable]
@@ -152,6 +160,7 @@ def _unreliable_of(s: SavedResult) -> str:
 
 
 def unreliable_section(saved) -> tuple:
+    """``(anchor, title, body)``: the unreliable folds of every result."""
     intro = H.note("Folds a method cannot vouch for (diagnostics['unreliable_folds']), by "
                    "cause (diagnostics['unreliable_causes']): an estimated error above tol, a "
                    "Hessian not positive definite, an unconverged solve or refit, a "

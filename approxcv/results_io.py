@@ -49,6 +49,8 @@ class _Encoder:
         self.arrays: dict[str, np.ndarray] = {}
 
     def array(self, value, scalar: bool = False) -> dict:
+        """Store ``value`` as the next array; return its reference (dtype and shape
+        recorded, ``scalar`` for a NumPy scalar)."""
         arr = np.asarray(value)
         if arr.dtype.hasobject:
             raise ArgumentTypeError("an object array cannot be saved")
@@ -58,6 +60,7 @@ class _Encoder:
         return {**ref, "scalar": True} if scalar else ref
 
     def __call__(self, value, where: str):
+        """The JSON form of ``value`` (arrays stored aside); raise naming ``where``."""
         if value is None or isinstance(value, (bool, str)):
             return value
         if isinstance(value, (int, float)) and type(value) in (int, float):
@@ -82,6 +85,7 @@ class _Encoder:
                                 "tuples, dicts and NamedTuples can be stored)")
 
     def _dict(self, value: dict, where: str):
+        """A plain JSON object for string keys, else ``{"__dict__": [[key, value], ...]}``."""
         plain = all(isinstance(k, str) and not k.startswith("__") for k in value)
         if plain:
             return {k: self(v, f"{where}[{k!r}]") for k, v in value.items()}
@@ -93,6 +97,7 @@ class _Encoder:
 
     @staticmethod
     def _guard(store, where: str):
+        """``store()``, an object array reported as the value ``where``."""
         try:
             return store()
         except ArgumentTypeError:
@@ -213,6 +218,7 @@ def _read_meta(path: Path) -> dict:
 
 
 def _result_class(spec: str, path: Path):
+    """The CVResult (sub)class ``module:qualname`` a file names, or raise naming the file."""
     from .results import CVResult
     cls = _find_class(spec)
     if cls is None or not issubclass(cls, CVResult):
