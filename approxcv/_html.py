@@ -18,7 +18,7 @@ p.meta, p.note { color: #555; } p.note { font-style: italic; }
 nav ul { columns: 2; } code { background: #f3f3f3; padding: 0 0.25em; }
 table.data { border-collapse: collapse; margin: 0.6em 0; font-size: 0.88em; }
 table.data th, table.data td { border: 1px solid #ccc; padding: 0.2em 0.55em; text-align: right; }
-table.data th { background: #f0f2f5; } table.data td:first-child,
+table.data td { white-space: nowrap; } table.data th { background: #f0f2f5; } table.data td:first-child,
 table.data th:first-child { text-align: left; }
 .figs { display: flex; flex-wrap: wrap; gap: 1em; } figure { margin: 0.4em 0; }
 figcaption { color: #555; font-size: 0.85em; max-width: 520px; }
@@ -31,7 +31,7 @@ def esc(text) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _number(value) -> str:
+def number(value) -> str:
     """A table cell: floats to 4 significant digits, missing values as an en dash."""
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
@@ -41,10 +41,10 @@ def _number(value) -> str:
 
 
 def table(df: pd.DataFrame, index: bool = True) -> str:
-    """``df`` as an HTML table (cells escaped, numbers formatted by :func:`_number`)."""
+    """``df`` as an HTML table (cells escaped, numbers formatted by :func:`number`)."""
     shown = df.copy()
     for col in shown.columns:
-        shown[col] = [_number(v) for v in shown[col]]
+        shown[col] = [number(v) for v in shown[col]]
     return shown.to_html(index=index, border=0, classes="data", escape=True, na_rep="–")
 
 

@@ -3,7 +3,6 @@ the demo's summary, the model comparison, timings and unreliable folds."""
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +57,8 @@ def _flatten(d: dict, prefix: str = ""):
         if isinstance(v, dict):
             yield from _flatten(v, key + ".")
         elif isinstance(v, list):
-            yield key, (json.dumps(v) if len(v) <= 12 else f"list of {len(v)} values")
+            yield key, (", ".join(H.number(x) for x in v) if len(v) <= 12
+                        else f"list of {len(v)} values")
         else:
             yield key, v
 

@@ -31,12 +31,11 @@ def report_html(saved: list[SavedResult], result_dir, summary: dict | None = Non
     from . import __version__
     result_dir = Path(result_dir)
     pairs = find_pairs(saved)
-    sections = [results_section(saved, result_dir)]
+    sections = [results_section(saved, result_dir), comparison_section(saved),
+                approx_exact_section(pairs), error_section(saved, pairs),
+                timing_section(saved, pairs), unreliable_section(saved)]
     if summary is not None:
         sections.append(demo_section(summary))
-    sections += [comparison_section(saved), approx_exact_section(pairs),
-                 error_section(saved, pairs), timing_section(saved, pairs),
-                 unreliable_section(saved)]
     meta = (f"{len(saved)} saved result(s) in <code>{H.esc(result_dir)}</code>"
             + (" and its summary.json" if summary is not None else "")
             + f"; approxcv {H.esc(__version__)}. Every number is read from these files.")

@@ -22,7 +22,7 @@ from approxcv.models.hmm.poisson_hmm import PoissonHMMParams
 from approxcv.report import build_report
 
 MODEL = "PoissonHMM(n_states=2)"
-SECTIONS = ("results", "demo", "comparison", "exact", "errors", "timings", "unreliable")
+SECTIONS = ("results", "comparison", "exact", "errors", "timings", "unreliable", "demo")
 
 
 def _result(folds, shift, method, unreliable=(), estimate=None, seconds=1.0):
