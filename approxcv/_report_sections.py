@@ -146,8 +146,8 @@ def _unreliable_of(s: SavedResult) -> str:
         shown = ", ".join(map(str, ids[:MAX_IDS])) + (
             f" … ({len(ids) - MAX_IDS} more)" if len(ids) > MAX_IDS else "")
         rows.append((cause, len(ids), shown))
-    why = {i: [c for c, ids in causes.items() if i in set(np.asarray(ids).tolist())]
-           for i in bad_ids.tolist()}
+    members = {c: set(np.asarray(ids).tolist()) for c, ids in causes.items()}
+    why = {i: [c for c, ids in members.items() if i in ids] for i in bad_ids.tolist()}
     per_fold = pd.DataFrame({"fold_id": bad_ids, "fold_loss": r.fold_loss[r.unreliable],
                              "causes": [", ".join(why[i]) or "–" for i in bad_ids.tolist()]})
     if r.error_estimate is not None:
