@@ -25,6 +25,7 @@ from .api import cross_validate  # noqa: E402
 from .engine.methods import register_method  # noqa: E402
 from .problem import Problem, make_problem  # noqa: E402
 from .results import CVResult, compare, compare_models  # noqa: E402
+from .results_io import load_result, load_results  # noqa: E402
 
 
 def __getattr__(name):
@@ -34,6 +35,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'approxcv' has no attribute {name!r}")
 
 
-__all__ = ["cross_validate", "CVResult", "compare", "compare_models", "folds", "models", "engine",
+__all__ = ["cross_validate", "CVResult", "compare", "compare_models", "load_result",
+           "load_results", "folds", "models", "engine",
            "inference", "composite", "datasets", "errors", "tuning", "optim", "plot", "bayes",
            "register_method", "Problem", "make_problem", "__version__"]

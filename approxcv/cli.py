@@ -2,11 +2,16 @@
 
 ``approxcv demo`` fits a hidden Markov model to the shipped call-volume series (or your own
 data), estimates cross-validation on many folds with the infinitesimal jackknife, checks a
-few folds by exact refits, and writes a comparison table, a scatter plot and a JSON summary.
+few folds by exact refits, and writes a comparison table, a scatter plot, a JSON summary and
+both results (``results/ij`` and ``results/exact``, :meth:`CVResult.save`); ``--report``
+adds the HTML report. ``approxcv report RESULT_DIR`` writes that report from any directory
+of saved results (:mod:`approxcv.report`), re-running nothing.
 
 Every option is checked before anything is fitted: a bad one ends the command with one line
 ``approxcv demo: error: --option: what is wrong`` on stderr and exit status 2 — as does a
 failure to write the results under ``--out`` (a full disk, a directory made read-only).
+``approxcv report`` does the same: ``approxcv report: error: RESULT_DIR: ...`` for a missing
+or empty directory or a damaged result, ``--out: ...`` for a report it cannot write.
 """
 from __future__ import annotations
 
@@ -120,9 +125,46 @@ def demo(args, data: tuple | None = None) -> dict:
     }
     text = json.dumps(summary, indent=2, default=float)
     _write(out / "summary.json", lambda p: p.write_text(text))
+    for name, res in (("ij", ij), ("exact", exact)):
+        _write(out / "results" / f"{name}.json", lambda p: res.save(p, model=model))
     say(f"\nwrote {out}/summary.json, scatter_points.png, scatter_folds.png, timing.png, "
-        "comparison.csv")
+        "comparison.csv, results/ij.{json,npz}, results/exact.{json,npz}")
+    if args.report:
+        from .report import build_report
+        _write(out / "report.html", lambda p: build_report(out, p))
+        say(f"wrote {out}/report.html")
     return summary
+
+
+def report(args) -> Path:
+    """Write the HTML report of ``args.result_dir`` (to ``args.out``); return its path.
+    Raises :class:`_BadOption` naming ``RESULT_DIR`` or ``--out``."""
+    from .errors import ResultFileError
+    from .report import NO_RESULTS, read_summary, report_html, report_path
+    from .results_io import saved_results
+    where = Path(args.result_dir)
+    if not where.exists():
+        raise _BadOption("RESULT_DIR", f"{args.result_dir!r} does not exist")
+    if not where.is_dir():
+        raise _BadOption("RESULT_DIR", f"{args.result_dir!r} is not a directory")
+    try:
+        saved, summary = saved_results(where), read_summary(where)
+    except ResultFileError as err:
+        raise _BadOption("RESULT_DIR", str(err)) from None
+    except OSError as err:
+        raise _BadOption("RESULT_DIR", f"cannot read {str(err.filename or where)!r}: "
+                         f"{_one_line(err.strerror or err)}") from None
+    if not saved:
+        raise _BadOption("RESULT_DIR", f"{args.result_dir!r} {NO_RESULTS}")
+    out = report_path(where, args.out)
+    if not out.parent.is_dir():      # before the report is built
+        raise _BadOption("--out", f"cannot write {str(out)!r}: {str(out.parent)!r} is not a "
+                         "directory")
+    text = report_html(saved, where, summary)
+    _write(out, lambda p: p.write_text(text, encoding="utf-8"))
+    if not args.quiet:
+        print(f"wrote {out}")
+    return out
 
 
 def _error_estimates(ij, exact, df) -> dict:
@@ -174,7 +216,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", type=_nonempty, default="approxcv-demo",
                    help="output directory, created if missing (default approxcv-demo)")
     d.add_argument("--quiet", action="store_true", help="no progress or table")
-    parser.subparsers = {"demo": d}
+    d.add_argument("--report", action="store_true",
+                   help="also write the HTML report, OUT/report.html (approxcv report)")
+    r = sub.add_parser("report", help="one self-contained HTML page from saved results")
+    r.add_argument("result_dir", metavar="RESULT_DIR", type=_nonempty,
+                   help="directory of saved results (CVResult.save; approxcv demo's --out), "
+                   "read with its results/ folder and the demo's summary.json if present")
+    r.add_argument("--out", type=_nonempty, default=None,
+                   help="the HTML file to write; a directory gets report.html in it "
+                   "(default RESULT_DIR/report.html)")
+    r.add_argument("--quiet", action="store_true", help="do not print the path written")
+    parser.subparsers = {"demo": d, "report": r}
     return parser
 
 
@@ -200,6 +252,13 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a bad option (2, one line already printed)
         return exc.code if isinstance(exc.code, int) else 2
+    if args.command == "report":
+        try:
+            report(args)
+        except _BadOption as err:
+            sub = parser.subparsers["report"]
+            print(f"{sub.prog}: error: {err.option}: {_one_line(err)}", file=sys.stderr)
+            return 2
     if args.command == "demo":
         from .errors import ApproxCVError
         sub = parser.subparsers["demo"]

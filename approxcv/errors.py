@@ -69,6 +69,11 @@ class CheckpointError(ApproxCVError, ValueError):
     The message names the path and what is wrong (the damaged file, or the differing inputs)."""
 
 
+class ResultFileError(ApproxCVError, ValueError):
+    """A saved result cannot be read: no result at that path, damaged or mismatched files,
+    or another format version. The message names the file."""
+
+
 class DatasetNotInstalledError(ApproxCVError, FileNotFoundError):
     """A data set approxcv reads from another package is not installed (the message says
     how to install it)."""

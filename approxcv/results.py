@@ -147,6 +147,14 @@ class CVResult:
             elpd_i=xr.DataArray(elpd_i, dims=("obs",), coords=coords),
             pareto_k=xr.DataArray(k, dims=("obs",), coords=coords))
 
+    def save(self, path, *, model=None):
+        """Write the result to ``PATH.json`` (readable: method, timings, scalar diagnostics)
+        and ``PATH.npz`` (every array); :func:`approxcv.load_result` reads it back exactly.
+        ``model`` (a model or a string) is recorded as its ``repr`` for reports
+        (``approxcv report``). Returns the ``.json`` path. See :mod:`approxcv.results_io`."""
+        from .results_io import save_result
+        return save_result(self, path, model=model)
+
     @property
     def error_estimate(self):
         """``(n_folds,)`` estimated relative error of each fold loss against exact CV

@@ -143,12 +143,18 @@ def test_demo_command_writes_summary(tmp_path):
     from approxcv.cli import main
     out = tmp_path / "demo"
     rc = main(["demo", "--n-points", "300", "--n-folds", "40", "--n-exact", "2",
-               "--out", str(out), "--quiet"])
+               "--out", str(out), "--quiet", "--report"])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["T"] == 300 and summary["n_folds"] == 40
     assert 0 <= summary["mean_rel_error_point"] < 0.05
     assert (out / "scatter_points.png").exists() and (out / "comparison.csv").exists()
+    saved = acv.load_results(out)            # the results, saved beside the summary
+    assert set(saved) == {"ij", "exact"} and len(saved["ij"]) == 40
+    np.testing.assert_allclose(acv.compare(saved["ij"], saved["exact"]).attrs[
+        "mean_rel_error_point"], summary["mean_rel_error_point"], rtol=1e-12)
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="exact"' in html and html.count("data:image/png;base64,") >= 5
 
 
 def test_demo_command_reports_bad_input(tmp_path, capsys):

@@ -1,0 +1,169 @@
+"""The report's sections that read each result alone or side by side: the results table,
+the demo's summary, the model comparison, timings and unreliable folds."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import _html as H
+from ._report_exact import MAX_ROWS, model_name, result_name
+from .results import compare_models
+from .results_io import SavedResult
+
+MAX_IDS = 15        # fold ids listed per cause
+
+
+def _fold_key(result) -> str:
+    """A digest of the folds (ids and left-out units): equal keys, the same folds."""
+    h = hashlib.sha256()
+    f = result.folds
+    for arr in (np.asarray([f.n]), f.ids, f.sizes,
+                np.concatenate([np.asarray(f[i]) for i in range(len(f))])):
+        h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def results_section(saved, result_dir: Path) -> tuple:
+    """``(anchor, title, body)``: one row per result: what it is, its means, headline
+    diagnostics."""
+    rows = []
+    for s in saved:
+        r, summ = s.result, s.result.summary()
+        d = r.diagnostics
+        rows.append({"result": s.label, "method": r.method, "model": model_name(s),
+                     "scheme": r.scheme or "–", "level": r.level, "folds": len(r),
+                     "units left out": int(sum(len(p) for p in r.point_loss)),
+                     "reliable folds": summ["n_reliable"],
+                     "mean fold loss": summ["mean_fold_loss"],
+                     "mean fold loss, reliable": summ["mean_fold_loss_reliable"],
+                     "mean point loss": summ["mean_point_loss"],
+                     "grad norm": d.get("grad_norm", np.nan),
+                     "Hessian min eig": d.get("hessian_min_eig", np.nan),
+                     "jitter": d.get("jitter", np.nan)})
+    body = (H.table(pd.DataFrame(rows), index=False)
+            + H.note("Losses are -log p(x_o | x_kept) of the left-out units: lower is better. "
+                     "'reliable' folds are those the method vouches for (see 'Unreliable "
+                     f"folds'). Read from {len(saved)} result(s) saved in {result_dir}."))
+    return "results", "Results", body
+
+
+def _flatten(d: dict, prefix: str = ""):
+    """``(dotted key, value)`` for the scalars and short lists of a nested dict."""
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            yield from _flatten(v, key + ".")
+        elif isinstance(v, list):
+            yield key, (", ".join(H.number(x) for x in v) if len(v) <= 12
+                        else f"list of {len(v)} values")
+        else:
+            yield key, v
+
+
+def demo_section(summary: dict) -> tuple:
+    """``(anchor, title, body)``: the demo's ``summary.json``, flattened."""
+    body = (H.key_values(_flatten(summary))
+            + H.note("The demo's summary.json as written by approxcv demo (times in "
+                     "seconds)."))
+    return "demo", "Demo summary", body
+
+
+def comparison_section(saved) -> tuple:
+    """``(anchor, title, body)``: :func:`compare_models` of every group of two or more
+    results holding the same folds, or why there is none."""
+    from . import plot
+    groups: dict[str, list] = {}
+    for s in saved:
+        groups.setdefault(_fold_key(s.result), []).append(s)
+    parts = []
+    for members in (g for g in groups.values() if len(g) >= 2):
+        table = compare_models({s.label: s.result for s in members})
+        models = {s.label: model_name(s) for s in members}
+        table.insert(len(table.columns), "model", [models[i] for i in table.index])
+        per = ("unit, summed" if table.attrs["unit"] == "point"
+               else "fold, averaged over folds")
+        parts.append(
+            f"<h3>{len(members)} results on the same {table.attrs['n_folds']} folds</h3>"
+            + H.table(table)
+            + H.note(f"elpd = -loss per left-out {per}; "
+                     "se its standard error, dse the paired standard error of the difference "
+                     "to the best (rank 0); 'warning' marks a row resting on unreliable "
+                     "folds or on other unreliable folds than the best's.")
+            + H.figure(plot.compare(table).figure, "Model comparison: dots ± se, triangles: "
+                       "difference to the best ± dse.", "model comparison plot"))
+    if not parts:
+        parts.append(H.note(
+            "No two results here hold the same folds, so there is no model comparison. "
+            "Save results of several models (or methods) on the same folds into this "
+            "directory (res.save(DIR / 'K=3', model=model)) to rank them."))
+    return "comparison", "Model comparison", "\n".join(parts)
+
+
+def timing_section(saved, pairs) -> tuple:
+    """``(anchor, title, body)``: seconds of every result by stage, and timing bars
+    (with the exact time extrapolated to an approximate result's folds, labelled so)."""
+    from .plot import timing_bars
+    import matplotlib.pyplot as plt
+    stages = sorted({k for s in saved for k in s.result.stage_seconds})
+    rows = []
+    for s in saved:
+        r = s.result
+        rows.append({"result": s.label, "method": r.method, "folds": len(r),
+                     "seconds": r.seconds, "per fold": r.seconds / len(r),
+                     "fit": np.nan if r.fit_seconds is None else r.fit_seconds,
+                     **{f"stage: {k}": r.stage_seconds.get(k, np.nan) for k in stages}})
+    bars = {result_name(s): s.result.seconds for s in saved}
+    for p in pairs:
+        n_a, e = len(p.approx.result), p.exact.result
+        if n_a > len(e):
+            bars[f"{p.exact.label}, extrapolated to {n_a} folds"] = e.seconds / len(e) * n_a
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    timing_bars(bars, ax=ax, title="time after the fit")
+    ax.tick_params(axis="x", labelrotation=15)
+    body = (H.table(pd.DataFrame(rows), index=False)
+            + H.note("Wall seconds after the full-data fit ('fit': the fit, where "
+                     "cross_validate ran it); stages as recorded by each method. An "
+                     "extrapolated bar is the measured exact time per fold times the "
+                     "approximate result's number of folds.")
+            + H.figure(fig, "Time of each saved run (log scale).", "timing bars"))
+    return "timings", "Timings", body
+
+
+def _unreliable_of(s: SavedResult) -> str:
+    """One result's unreliable folds: counts by cause, and the folds with their causes."""
+    r = s.result
+    causes = r.diagnostics.get("unreliable_causes", {})
+    bad_ids = r.fold_ids[r.unreliable]
+    head = (f"<h3>{H.esc(result_name(s))}: {len(bad_ids)} of {len(r)} folds unreliable</h3>")
+    if not len(bad_ids):
+        return head
+    rows = []
+    for cause, ids in causes.items():
+        ids = np.asarray(ids).tolist()
+        shown = ", ".join(map(str, ids[:MAX_IDS])) + (
+            f" … ({len(ids) - MAX_IDS} more)" if len(ids) > MAX_IDS else "")
+        rows.append((cause, len(ids), shown))
+    members = {c: set(np.asarray(ids).tolist()) for c, ids in causes.items()}
+    why = {i: [c for c, ids in members.items() if i in ids] for i in bad_ids.tolist()}
+    per_fold = pd.DataFrame({"fold_id": bad_ids, "fold_loss": r.fold_loss[r.unreliable],
+                             "causes": [", ".join(why[i]) or "–" for i in bad_ids.tolist()]})
+    if r.error_estimate is not None:
+        per_fold["error_estimate"] = np.asarray(r.error_estimate)[r.unreliable]
+    return (head + H.table(pd.DataFrame(rows, columns=["cause", "folds", "fold ids"]),
+                           index=False)
+            + H.table(per_fold.head(MAX_ROWS), index=False)
+            + (H.note(f"First {MAX_ROWS} of {len(per_fold)} unreliable folds.")
+               if len(per_fold) > MAX_ROWS else ""))
+
+
+def unreliable_section(saved) -> tuple:
+    """``(anchor, title, body)``: the unreliable folds of every result."""
+    intro = H.note("Folds a method cannot vouch for (diagnostics['unreliable_folds']), by "
+                   "cause (diagnostics['unreliable_causes']): an estimated error above tol, a "
+                   "Hessian not positive definite, an unconverged solve or refit, a "
+                   "non-finite loss, ... They are counted beside the means, never dropped "
+                   "silently.")
+    return "unreliable", "Unreliable folds", intro + "\n".join(_unreliable_of(s) for s in saved)

@@ -1,0 +1,86 @@
+"""``approxcv report``: one self-contained HTML page from a directory of saved results.
+
+Every number comes from the results saved there (:meth:`CVResult.save`, written by
+``approxcv demo``) and, if present, the demo's ``summary.json``; nothing is re-run. The page
+has the results side by side, the model comparison (results on the same folds,
+:func:`~approxcv.results.compare_models`), approximate against exact CV (an exact result
+of the same model sharing folds with an approximate one, :func:`~approxcv.results.compare`),
+the per-fold error estimates against the measured errors, timings, and the unreliable folds
+with their causes. Figures are embedded PNGs; there is no script and no external file.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import _html as H
+from ._report_exact import approx_exact_section, error_section, find_pairs
+from ._report_sections import (comparison_section, demo_section, results_section,
+                               timing_section, unreliable_section)
+from .errors import InvalidArgumentError, ResultFileError
+from .results_io import SavedResult, saved_results
+
+__all__ = ["build_report", "report_html", "read_summary", "report_path"]
+
+NO_RESULTS = ("holds no saved results (NAME.json + NAME.npz written by CVResult.save or "
+              "approxcv demo, there or in its results/ folder)")
+
+
+def report_html(saved: list[SavedResult], result_dir, summary: dict | None = None) -> str:
+    """The report of the results ``saved`` (and the demo's ``summary``) as one HTML page."""
+    from . import __version__
+    result_dir = Path(result_dir)
+    pairs = find_pairs(saved)
+    sections = [results_section(saved, result_dir), comparison_section(saved),
+                approx_exact_section(pairs), error_section(saved, pairs),
+                timing_section(saved, pairs), unreliable_section(saved)]
+    if summary is not None:
+        sections.append(demo_section(summary))
+    meta = (f"{len(saved)} saved result(s) in <code>{H.esc(result_dir)}</code>"
+            + (" and its summary.json" if summary is not None else "")
+            + f"; approxcv {H.esc(__version__)}. Every number is read from these files.")
+    return H.page(f"approxcv report: {result_dir.resolve().name}", meta, sections)
+
+
+def read_summary(result_dir) -> dict | None:
+    """The demo's ``summary.json`` in ``result_dir``, or ``None`` where there is none.
+
+    Raises:
+        ResultFileError: it exists but is not a JSON object.
+    """
+    path = Path(result_dir) / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResultFileError(f"cannot read {str(path)!r}: {err}") from None
+    if not isinstance(summary, dict):
+        raise ResultFileError(f"{str(path)!r} is not a JSON object")
+    return summary
+
+
+def report_path(result_dir, out=None) -> Path:
+    """Where the report goes: ``out`` (a directory gets a ``report.html`` in it), by
+    default ``result_dir/report.html``."""
+    out = Path(result_dir) / "report.html" if out is None else Path(out)
+    return out / "report.html" if out.is_dir() else out
+
+
+def build_report(result_dir, out=None) -> Path:
+    """Write the HTML report of the results saved in ``result_dir`` (and its ``results/``
+    folder) to :func:`report_path` ``(result_dir, out)``; return that path.
+
+    Raises:
+        InvalidArgumentError: ``result_dir`` is not a directory or holds no saved result.
+        ResultFileError: a saved result there (or ``summary.json``) cannot be read.
+    """
+    result_dir = Path(result_dir)
+    if not result_dir.is_dir():
+        raise InvalidArgumentError(f"`result_dir` {str(result_dir)!r} is not a directory")
+    saved = saved_results(result_dir)
+    if not saved:
+        raise InvalidArgumentError(f"`result_dir` {str(result_dir)!r} {NO_RESULTS}")
+    out = report_path(result_dir, out)
+    out.write_text(report_html(saved, result_dir, read_summary(result_dir)), encoding="utf-8")
+    return out
