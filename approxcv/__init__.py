@@ -25,6 +25,7 @@ from .api import cross_validate  # noqa: E402
 from .engine.methods import register_method  # noqa: E402
 from .problem import Problem, make_problem  # noqa: E402
 from .results import CVResult, compare  # noqa: E402
+from .selection import Selection, select  # noqa: E402
 
 
 def __getattr__(name):
@@ -36,4 +37,4 @@ def __getattr__(name):
 
 __all__ = ["cross_validate", "CVResult", "compare", "folds", "models", "engine", "inference",
            "composite", "datasets", "errors", "tuning", "optim", "plot", "bayes",
-           "register_method", "Problem", "make_problem", "__version__"]
+           "register_method", "Problem", "make_problem", "select", "Selection", "__version__"]
