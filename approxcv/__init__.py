@@ -24,7 +24,7 @@ from . import composite  # noqa: E402
 from .api import cross_validate  # noqa: E402
 from .engine.methods import register_method  # noqa: E402
 from .problem import Problem, make_problem  # noqa: E402
-from .results import CVResult, compare  # noqa: E402
+from .results import CVResult, compare, compare_models  # noqa: E402
 from .selection import Selection, select  # noqa: E402
 
 
@@ -35,6 +35,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'approxcv' has no attribute {name!r}")
 
 
-__all__ = ["cross_validate", "CVResult", "compare", "folds", "models", "engine", "inference",
-           "composite", "datasets", "errors", "tuning", "optim", "plot", "bayes",
+__all__ = ["cross_validate", "CVResult", "compare", "compare_models", "folds", "models", "engine",
+           "inference", "composite", "datasets", "errors", "tuning", "optim", "plot", "bayes",
            "register_method", "Problem", "make_problem", "select", "Selection", "__version__"]

@@ -11,7 +11,7 @@ import pandas as pd
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .folds import Folds
 
-__all__ = ["CVResult", "compare"]
+__all__ = ["CVResult", "compare", "compare_models"]
 
 
 @dataclass
@@ -205,3 +205,117 @@ def compare(approx: CVResult, exact: CVResult) -> pd.DataFrame:
                                                    "rel_error"].mean())
     df.attrs["n_unreliable"] = int(bad.sum())
     return df
+
+
+def _same_units(results: dict) -> tuple:
+    """The common fold ids and the per-fold units of ``results``, which must all hold the
+    same folds (by id) leaving out the same units."""
+    names = list(results)
+    first = results[names[0]]
+    ids = np.asarray(first.fold_ids)
+    units = [np.asarray(first.folds[i]) for i in range(len(first))]
+    for name in names[1:]:
+        r = results[name]
+        if len(r) != len(first) or not np.array_equal(np.asarray(r.fold_ids), ids):
+            raise InvalidArgumentError(
+                f"results {names[0]!r} and {name!r} have different folds ({len(first)} and "
+                f"{len(r)} folds, or other fold ids): models are compared on the same folds")
+        for i in range(len(r)):
+            if not np.array_equal(np.asarray(r.folds[i]), units[i]):
+                raise InvalidArgumentError(
+                    f"fold {int(ids[i])} leaves out different units in {names[0]!r} and "
+                    f"{name!r}: models are compared on the same units")
+    return ids, units
+
+
+def _paired_se(values: np.ndarray, unit: str) -> float:
+    """Standard error of the total (``unit="point"``: ``sqrt(n) sd``) or of the mean
+    (``unit="fold"``: ``sd / sqrt(n)``) of ``values``."""
+    n = values.size
+    if n < 2:
+        return float("nan")
+    sd = float(np.std(values, ddof=1))
+    return sd * np.sqrt(n) if unit == "point" else sd / np.sqrt(n)
+
+
+def compare_models(results, *, on: str = "all", unit: str = "auto") -> pd.DataFrame:
+    """Rank models by cross-validated expected log predictive density, with paired
+    standard errors (the layout of ``arviz_stats.compare``).
+
+    Every result must hold the same folds leaving out the same units (a
+    :class:`~approxcv.errors.InvalidArgumentError` says which differ). With
+    ``elpd_i = -loss_i`` for each unit ``i``:
+
+    * ``unit="point"`` (the default when no unit is left out twice, e.g. leave-one-out or
+      k-fold): ``elpd = sum_i elpd_i`` over the left-out units, ``se = sqrt(n) sd(elpd_i)``,
+      ``elpd_diff = elpd_best - elpd`` and ``dse = sqrt(n) sd(elpd_best,i - elpd_i)`` — the
+      paired standard error of the difference, which is what decides between models (it is
+      much smaller than either ``se`` when the models err on the same units). Variances
+      are taken with ``ddof=1`` as in R's ``loo`` (``arviz_stats.compare`` uses ``ddof=0``
+      for ``dse``: a factor ``sqrt(n / (n - 1))``).
+    * ``unit="fold"`` (the default when folds overlap, e.g. repeated i.i.d. folds, where the
+      units are not independent draws): the same quantities with ``elpd_i`` the fold's joint
+      ``-fold_loss`` and means in place of sums: ``elpd = mean_i elpd_i``,
+      ``se = sd / sqrt(n)``, ``dse = sd(difference) / sqrt(n)``.
+
+    ``on="reliable"`` keeps only the folds every result vouches for (the same folds in each);
+    ``on="all"`` keeps every fold and sets ``warning`` where a model's unreliable folds
+    differ from the best model's, or the row rests on any unreliable fold.
+
+    Args:
+        results: mapping ``{label: CVResult}`` (at least one).
+        on: ``"all"`` or ``"reliable"``.
+        unit: ``"auto"``, ``"point"`` or ``"fold"``.
+
+    Returns:
+        DataFrame indexed by label, best first, with columns ``rank``, ``elpd``, ``se``,
+        ``elpd_diff``, ``dse``, ``n_units``, ``n_unreliable``, ``warning``, ``method``;
+        ``attrs`` holds ``unit``, ``on`` and ``n_folds``.
+    """
+    from collections.abc import Mapping
+    if not isinstance(results, Mapping) or not results:
+        raise ArgumentTypeError("`results` must be a non-empty mapping {label: CVResult}, "
+                                f"got {type(results).__name__}")
+    for name, r in results.items():
+        if not isinstance(r, CVResult):
+            raise ArgumentTypeError(f"results[{name!r}] must be a CVResult, "
+                                    f"got {type(r).__name__}")
+    if on not in ("all", "reliable"):
+        raise InvalidArgumentError(f"`on` must be 'all' or 'reliable', got {on!r}")
+    if unit not in ("auto", "point", "fold"):
+        raise InvalidArgumentError(f"`unit` must be 'auto', 'point' or 'fold', got {unit!r}")
+    ids, units = _same_units(results)
+    if unit == "auto":
+        flat = np.concatenate(units)
+        unit = "point" if np.unique(flat).size == flat.size else "fold"
+    bad = {name: r.unreliable for name, r in results.items()}
+    keep = np.ones(len(ids), bool)
+    if on == "reliable":
+        for b in bad.values():
+            keep &= ~b
+        if not keep.any():
+            raise InvalidArgumentError("no fold is reliable in every result; use on='all'")
+
+    def elpd_i(r):
+        if unit == "fold":
+            return -np.asarray(r.fold_loss, float)[keep]
+        return -np.concatenate([np.asarray(r.point_loss[i], float) for i in np.flatnonzero(keep)])
+    values = {name: elpd_i(r) for name, r in results.items()}
+    total = {name: float(v.sum() if unit == "point" else v.mean()) for name, v in values.items()}
+    order = sorted(values, key=lambda name: -total[name]
+                   if np.isfinite(total[name]) else np.inf)
+    best = order[0]
+    rows = []
+    for rank, name in enumerate(order):
+        diff = values[best] - values[name]
+        differs = not np.array_equal(bad[name][keep], bad[best][keep])
+        rows.append({"rank": rank, "elpd": total[name], "se": _paired_se(values[name], unit),
+                     "elpd_diff": total[best] - total[name],
+                     "dse": 0.0 if name == best else _paired_se(diff, unit),
+                     "n_units": int(values[name].size),
+                     "n_unreliable": int(bad[name][keep].sum()),
+                     "warning": bool(differs or bad[name][keep].any()),
+                     "method": results[name].method})
+    table = pd.DataFrame(rows, index=pd.Index(order, name="model"))
+    table.attrs.update(unit=unit, on=on, n_folds=int(keep.sum()))
+    return table
