@@ -202,9 +202,10 @@ def select(model_factory, grid, data, folds, method: str | None = "ij", *, execu
     batches = [(lab, models[lab], ck) for lab, ck in zip(labels, _checkpoints(checkpoint, labels))]
     outs = run_batches(task, batches, executor, progress, desc="select")
     results = {lab: out[1] for lab, out in zip(labels, outs)}
-    table = compare_models(results)
-    hp = pd.DataFrame.from_dict(entries, orient="index").reindex(table.index)
-    table = table.join(hp.drop(columns=[c for c in hp.columns if c in table.columns]))
+    ranked = compare_models(results)
+    hp = pd.DataFrame.from_dict(entries, orient="index").reindex(ranked.index)
+    table = ranked.join(hp.drop(columns=[c for c in hp.columns if c in ranked.columns]))
+    table.attrs = dict(ranked.attrs)
     return Selection(table=table, results=results,
                      params={lab: out[0] for lab, out in zip(labels, outs)},
                      models=models, hyperparameters=entries,
