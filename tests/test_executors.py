@@ -98,6 +98,25 @@ def test_dask_exact_cv_equals_in_process(client, ridge_problem):
     assert all(n == 1 for counts in unpickles.values() for n in counts.values())
 
 
+def test_dask_select_fits_grid_entries_on_workers_with_checkpoints(client, ridge_problem,
+                                                                   tmp_path):
+    """One task per grid entry, each checkpointed in its own directory; both entries are the
+    reference configuration (compiled on the workers already), so each must reproduce
+    in-process exact CV, and a second run resumes from the checkpoints."""
+    model, data, params, folds, ref = ridge_problem
+    grid = {"a": {"lam": 1.0}, "b": {"lam": 1.0, "fit_intercept": True}}
+    kw = dict(executor=client, checkpoint=tmp_path / "ck", **OPTS)
+    sel = acv.select(acv.models.Ridge, grid, data, folds, "exact", **kw)
+    assert set(sel.table.index) == {"a", "b"}
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["000-a", "001-b"]
+    again = acv.select(acv.models.Ridge, grid, data, folds, "exact", **kw)
+    for label in grid:
+        assert type(sel.results[label].params_flat) is np.ndarray
+        np.testing.assert_allclose(sel.results[label].fold_loss, ref.fold_loss, rtol=1e-10)
+        np.testing.assert_array_equal(again.results[label].fold_loss,
+                                      sel.results[label].fold_loss)
+
+
 def test_dask_structure_derivative_batches_equal_one_sweep(client):
     """Structure-level ``(g, H, J)`` accumulated over batches of 3 structures (the last
     padded) on the cluster equal one sweep over all of them in process."""
