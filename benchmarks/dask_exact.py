@@ -9,7 +9,8 @@ leaving out 10 % (two restarts per fold: 48 batches of 2 folds x 3 starts), run
   refit (from the persistent cache the in-process run filled), then ``REPEATS`` warm calls.
 
 The target ratio is in-process warm / Dask warm >= 1.6 (medians of the warm calls). Each
-worker runs XLA on one thread (``XLA_FLAGS`` in the workers' environment) so that the two
+worker runs one task at a time and keeps XLA's Eigen operations on one thread
+(``--xla_cpu_multi_thread_eigen=false`` in the workers' ``XLA_FLAGS``), so that the two
 workers do not fight over the two cores; the in-process run keeps XLA's defaults. Ratios are
 taken within this one run; the machine's core count and load average are recorded, because
 two workers only help where two cores are free.
@@ -31,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import run, write_json  # noqa: E402
 
 T, N_FOLDS, FRAC, WORKERS, REPEATS = 1000, 96, 0.1, 2, 3
-WORKER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+WORKER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 
 
 def timed(fn, repeats: int):
