@@ -1,6 +1,6 @@
 """Exact CV on a Dask cluster of two worker processes vs in process, on the same folds.
 
-A 2-state Poisson HMM on the first 1,000 call-volume counts, exact CV of 96 i.i.d. folds
+A 2-state Poisson HMM on the first 3,000 call-volume counts, exact CV of 96 i.i.d. folds
 leaving out 10 % (two restarts per fold: 48 batches of 2 folds x 3 starts), run
 
 * ``in_process``: ``executor=None``; the first call compiles, then ``REPEATS`` warm calls;
@@ -31,7 +31,7 @@ import approxcv as acv
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import run, write_json  # noqa: E402
 
-T, N_FOLDS, FRAC, WORKERS, REPEATS = 1000, 96, 0.1, 2, 3
+T, N_FOLDS, FRAC, WORKERS, REPEATS = 3000, 96, 0.1, 2, 3
 WORKER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 
 
