@@ -11,18 +11,22 @@ errors of the differences).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from .api import _OPTION_NAMES, cross_validate
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .executors import run_batches, to_numpy
 from .folds import as_folds
 from .models.base import check_model
+from .results import compare_models
 
 __all__ = ["select", "Selection"]
 
@@ -58,17 +62,14 @@ class Selection:
 
 
 class _FitAndValidate:
-    """Picklable task: ``(label, model, checkpoint) -> (params, CVResult, fit seconds)``
-    for one grid entry, on the data and folds it carries."""
+    """Picklable task: ``(model, checkpoint) -> (params, CVResult, fit seconds)`` for one
+    grid entry, on the data and folds it carries; arrays in the outputs are NumPy."""
 
     def __init__(self, data, folds, method, fit_kwargs, cv_kwargs):
         self.data, self.folds, self.method = data, folds, method
         self.fit_kwargs, self.cv_kwargs = fit_kwargs, cv_kwargs
 
-    def __call__(self, label, model, checkpoint):
-        import time
-
-        from .api import cross_validate
+    def __call__(self, model, checkpoint):
         t = time.perf_counter()
         params = model.fit(self.data, **self.fit_kwargs)
         seconds = time.perf_counter() - t
@@ -80,7 +81,6 @@ class _FitAndValidate:
 
 def _numpy_result(res):
     """``res`` with its parameters and diagnostics as NumPy (results travel as NumPy)."""
-    import dataclasses
     return dataclasses.replace(res, params=to_numpy(res.params),
                                diagnostics=to_numpy(res.diagnostics))
 
@@ -183,11 +183,13 @@ def select(model_factory, grid, data, folds, method: str | None = "ij", *, execu
         ...                  "K=3": {"n_states": 3}}, x, acv.folds.iid(300, 0.1, 20))
         >>> sel.best, sel.table
     """
-    from .results import compare_models
-
     if "params" in cv_kwargs:
         raise InvalidArgumentError("`params` cannot be given to select(): every entry is "
                                    "fitted by model.fit(data, **fit_kwargs)")
+    unknown = sorted(set(cv_kwargs) - set(_OPTION_NAMES) - {"scheme", "level"})
+    if unknown:         # before any work is sent
+        raise ArgumentTypeError(f"select() got unknown option(s) {unknown}; options of "
+                                f"cross_validate are {['scheme', 'level', *_OPTION_NAMES]}")
     if fit_kwargs is not None and not isinstance(fit_kwargs, Mapping):
         raise ArgumentTypeError(f"`fit_kwargs` must be a mapping, got {type(fit_kwargs).__name__}")
     entries = grid_entries(grid)
@@ -199,7 +201,7 @@ def select(model_factory, grid, data, folds, method: str | None = "ij", *, execu
     if cv_kwargs.get("level") is not None:          # fit at the level CV runs at
         fit_kwargs.setdefault("level", cv_kwargs["level"])
     task = _FitAndValidate(data, folds, method, fit_kwargs, {"progress": False, **cv_kwargs})
-    batches = [(lab, models[lab], ck) for lab, ck in zip(labels, _checkpoints(checkpoint, labels))]
+    batches = [(models[lab], ck) for lab, ck in zip(labels, _checkpoints(checkpoint, labels))]
     outs = run_batches(task, batches, executor, progress, desc="select")
     results = {lab: out[1] for lab, out in zip(labels, outs)}
     ranked = compare_models(results)

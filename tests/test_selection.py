@@ -52,5 +52,7 @@ def test_select_refuses_bad_grids_factories_and_folds(ridge_data):
         acv.select("Ridge", [{"lam": 1.0}], ridge_data, folds)
     with pytest.raises(InvalidArgumentError, match="`folds` were built for n=30.*'lam=1.0'"):
         acv.select(acv.models.Ridge, [{"lam": 1.0}], ridge_data, acv.folds.kfold(30, 3))
+    with pytest.raises(ArgumentTypeError, match="unknown option.*'restart'"):
+        acv.select(acv.models.Ridge, [{"lam": 1.0}], ridge_data, folds, restart=2)
     with pytest.raises(InvalidArgumentError, match="`params`"):
         acv.select(acv.models.Ridge, [{"lam": 1.0}], ridge_data, folds, params=None)
