@@ -167,7 +167,9 @@ def select(model_factory, grid, data, folds, method: str | None = "ij", *, execu
             ``"exact"``, ``"auto"``; ``None``: each model's default).
         executor: where the entries run, one task each (``None``: in process, in grid
             order; a ``concurrent.futures`` executor or a Dask ``Client``). The
-            cross-validation inside a task runs where the task runs.
+            cross-validation inside a task runs where the task runs; warnings raised on a
+            worker stay in its log, while the table's ``warning`` column and each result's
+            ``diagnostics["unreliable_folds"]`` come back.
         fit_kwargs: keyword arguments of ``model.fit(data, **fit_kwargs)``.
         progress: a progress bar over the entries.
         **cv_kwargs: options of :func:`~approxcv.api.cross_validate` (``scheme``, ``level``,
