@@ -26,6 +26,7 @@ from .engine.methods import register_method  # noqa: E402
 from .problem import Problem, make_problem  # noqa: E402
 from .results import CVResult, compare, compare_models  # noqa: E402
 from .results_io import load_result, load_results  # noqa: E402
+from .selection import Selection, select  # noqa: E402
 
 
 def __getattr__(name):
@@ -38,4 +39,4 @@ def __getattr__(name):
 __all__ = ["cross_validate", "CVResult", "compare", "compare_models", "load_result",
            "load_results", "folds", "models", "engine",
            "inference", "composite", "datasets", "errors", "tuning", "optim", "plot", "bayes",
-           "register_method", "Problem", "make_problem", "__version__"]
+           "register_method", "Problem", "make_problem", "select", "Selection", "__version__"]

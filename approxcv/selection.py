@@ -1,0 +1,216 @@
+"""``select``: fit and cross-validate every point of a hyperparameter grid, then rank them.
+
+For each grid entry ``label -> hp`` the model ``model_factory(**hp)`` is built here (so a
+factory that raises is reported with the entry's label before any work is sent), then one
+task per entry fits it (``model.fit(data, **fit_kwargs)``) and runs
+:func:`~approxcv.api.cross_validate` on the same folds. The tasks go through the executor
+seam (:func:`~approxcv.executors.run_batches`): in process, on a process pool or on a Dask
+``Client``, where each worker compiles each configuration once. The runs are ranked by
+:func:`~approxcv.results.compare_models` (expected log predictive density, paired standard
+errors of the differences).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from .api import _OPTION_NAMES, cross_validate
+from .errors import ArgumentTypeError, InvalidArgumentError
+from .executors import run_batches, to_numpy
+from .folds import as_folds
+from .models.base import check_model
+from .results import compare_models
+
+__all__ = ["select", "Selection"]
+
+
+@dataclass
+class Selection:
+    """What :func:`select` produced.
+
+    Attributes:
+        table: the ranking of :func:`~approxcv.results.compare_models` (one row per grid
+            entry, best first: ``rank``, ``elpd``, ``se``, ``elpd_diff``, ``dse``,
+            ``warning``), with one column per hyperparameter appended.
+        results: ``{label: CVResult}`` in grid order.
+        params: ``{label: fitted full-data parameters}``.
+        models: ``{label: model}``.
+        hyperparameters: ``{label: dict of hyperparameters}``.
+        fit_seconds: ``{label: seconds of the full-data fit}``.
+    """
+    table: pd.DataFrame
+    results: dict
+    params: dict
+    models: dict
+    hyperparameters: dict
+    fit_seconds: dict
+
+    @property
+    def best(self) -> str:
+        """The label of the top-ranked entry."""
+        return str(self.table.index[0])
+
+    def __repr__(self) -> str:
+        return f"Selection(best={self.best!r}, entries={len(self.results)})\n{self.table}"
+
+
+class _FitAndValidate:
+    """Picklable task: ``(model, checkpoint) -> (params, CVResult, fit seconds)`` for one
+    grid entry, on the data and folds it carries; arrays in the outputs are NumPy."""
+
+    def __init__(self, data, folds, method, fit_kwargs, cv_kwargs):
+        self.data, self.folds, self.method = data, folds, method
+        self.fit_kwargs, self.cv_kwargs = fit_kwargs, cv_kwargs
+
+    def __call__(self, model, checkpoint):
+        t = time.perf_counter()
+        params = model.fit(self.data, **self.fit_kwargs)
+        seconds = time.perf_counter() - t
+        extra = {} if checkpoint is None else {"checkpoint": checkpoint}
+        res = cross_validate(model, self.data, self.folds, self.method, params=params,
+                             **self.cv_kwargs, **extra)
+        return to_numpy(params), _numpy_result(res), seconds
+
+
+def _numpy_result(res):
+    """``res`` with its parameters and diagnostics as NumPy (results travel as NumPy)."""
+    return dataclasses.replace(res, params=to_numpy(res.params),
+                               diagnostics=to_numpy(res.diagnostics))
+
+
+def grid_entries(grid) -> dict[str, dict]:
+    """``{label: hyperparameters}`` from a mapping ``label -> dict`` or a sequence of
+    dicts (labelled ``"k1=v1, k2=v2"``); raises on an empty grid, non-dict entries or
+    repeated labels."""
+    if isinstance(grid, Mapping):
+        items = [(str(k), v) for k, v in grid.items()]
+    elif isinstance(grid, Sequence) and not isinstance(grid, (str, bytes)):
+        items = [(None, v) for v in grid]
+    else:
+        raise ArgumentTypeError("`grid` must be a mapping label -> hyperparameters or a list "
+                                f"of hyperparameter dicts, got {type(grid).__name__}")
+    if not items:
+        raise InvalidArgumentError("`grid` is empty: give at least one hyperparameter setting")
+    entries: dict[str, dict] = {}
+    for i, (label, hp) in enumerate(items):
+        if not isinstance(hp, Mapping):
+            raise ArgumentTypeError(f"`grid` entry {label if label is not None else i!r} must "
+                                    f"be a dict of hyperparameters, got {type(hp).__name__}")
+        label = label if label is not None else ", ".join(f"{k}={v}" for k, v in hp.items())
+        if label in entries:
+            raise InvalidArgumentError(f"`grid` lists the entry {label!r} twice")
+        entries[label] = dict(hp)
+    return entries
+
+
+def build_models(model_factory, entries: Mapping[str, dict]) -> dict:
+    """``{label: model_factory(**hp)}``, each checked against the model protocol; a factory
+    that raises is reported naming ``model_factory`` and the entry."""
+    if not callable(model_factory):
+        raise ArgumentTypeError(f"`model_factory` must be callable, got "
+                                f"{type(model_factory).__name__}")
+    models = {}
+    for label, hp in entries.items():
+        try:
+            model = model_factory(**hp)
+        except Exception as e:
+            raise InvalidArgumentError(f"`model_factory` raised for grid entry {label!r} "
+                                       f"({hp}): {type(e).__name__}: {e}") from e
+        try:
+            check_model(model)
+        except TypeError as e:
+            raise ArgumentTypeError(f"`model_factory` returned a non-model for grid entry "
+                                    f"{label!r}: {e}") from e
+        models[label] = model
+    return models
+
+
+def _check_folds(models: Mapping, data, folds, level) -> None:
+    """Every model reads ``data`` as the units ``folds`` were built for."""
+    for label, model in models.items():
+        _, _, n_units = model.prepare(data, level)
+        try:
+            as_folds(folds, n_units)
+        except ValueError as e:
+            raise type(e)(f"{e} (grid entry {label!r})") from e
+
+
+def _checkpoints(root, labels) -> list:
+    """One checkpoint directory per entry under ``root`` (a checkpoint is bound to one
+    model configuration): ``<root>/<index>-<label with unsafe characters replaced>``."""
+    if root is None:
+        return [None] * len(labels)
+    return [os.path.join(os.fspath(root), f"{i:03d}-" + re.sub(r"[^A-Za-z0-9._=-]+", "_", lab))
+            for i, lab in enumerate(labels)]
+
+
+def select(model_factory, grid, data, folds, method: str | None = "ij", *, executor=None,
+           fit_kwargs: Mapping[str, Any] | None = None, progress: bool = True,
+           **cv_kwargs) -> Selection:
+    """Fit and cross-validate ``model_factory(**hp)`` for every ``hp`` of ``grid``; rank them.
+
+    Args:
+        model_factory: callable building a model from keyword hyperparameters, e.g.
+            ``acv.models.PoissonHMM`` or ``lambda n_states, lam: Ridge(lam)``.
+        grid: ``{label: {name: value}}``, or a list of ``{name: value}`` (labelled
+            ``"name=value, ..."``).
+        data: the data every model is fitted to and cross-validated on.
+        folds: the folds shared by every entry (so differences are paired).
+        method: the CV method of :func:`~approxcv.api.cross_validate` (``"ij"``, ``"ns"``,
+            ``"exact"``, ``"auto"``; ``None``: each model's default).
+        executor: where the entries run, one task each (``None``: in process, in grid
+            order; a ``concurrent.futures`` executor or a Dask ``Client``). The
+            cross-validation inside a task runs where the task runs; warnings raised on a
+            worker stay in its log, while the table's ``warning`` column and each result's
+            ``diagnostics["unreliable_folds"]`` come back.
+        fit_kwargs: keyword arguments of ``model.fit(data, **fit_kwargs)``.
+        progress: a progress bar over the entries.
+        **cv_kwargs: options of :func:`~approxcv.api.cross_validate` (``scheme``, ``level``,
+            ``restarts``, ...); ``checkpoint`` is a directory holding one checkpoint per entry.
+
+    Returns:
+        :class:`Selection`: ``table`` (ranked, hyperparameter columns appended), per-entry
+        ``results``, ``params``, ``models``.
+
+    Example:
+        >>> x = acv.datasets.load_calls(300)
+        >>> sel = acv.select(acv.models.PoissonHMM, {"K=2": {"n_states": 2},
+        ...                  "K=3": {"n_states": 3}}, x, acv.folds.iid(300, 0.1, 20))
+        >>> sel.best, sel.table
+    """
+    if "params" in cv_kwargs:
+        raise InvalidArgumentError("`params` cannot be given to select(): every entry is "
+                                   "fitted by model.fit(data, **fit_kwargs)")
+    unknown = sorted(set(cv_kwargs) - set(_OPTION_NAMES) - {"scheme", "level"})
+    if unknown:         # before any work is sent
+        raise ArgumentTypeError(f"select() got unknown option(s) {unknown}; options of "
+                                f"cross_validate are {['scheme', 'level', *_OPTION_NAMES]}")
+    if fit_kwargs is not None and not isinstance(fit_kwargs, Mapping):
+        raise ArgumentTypeError(f"`fit_kwargs` must be a mapping, got {type(fit_kwargs).__name__}")
+    entries = grid_entries(grid)
+    models = build_models(model_factory, entries)
+    _check_folds(models, data, folds, cv_kwargs.get("level"))
+    labels = list(entries)
+    checkpoint = cv_kwargs.pop("checkpoint", None)
+    fit_kwargs = dict(fit_kwargs or {})
+    if cv_kwargs.get("level") is not None:          # fit at the level CV runs at
+        fit_kwargs.setdefault("level", cv_kwargs["level"])
+    task = _FitAndValidate(data, folds, method, fit_kwargs, {"progress": False, **cv_kwargs})
+    batches = [(models[lab], ck) for lab, ck in zip(labels, _checkpoints(checkpoint, labels))]
+    outs = run_batches(task, batches, executor, progress, desc="select")
+    results = {lab: out[1] for lab, out in zip(labels, outs)}
+    ranked = compare_models(results)
+    hp = pd.DataFrame.from_dict(entries, orient="index").reindex(ranked.index)
+    table = ranked.join(hp.drop(columns=[c for c in hp.columns if c in ranked.columns]))
+    table.attrs = dict(ranked.attrs)
+    return Selection(table=table, results=results,
+                     params={lab: out[0] for lab, out in zip(labels, outs)},
+                     models=models, hyperparameters=entries,
+                     fit_seconds={lab: out[2] for lab, out in zip(labels, outs)})
