@@ -197,11 +197,26 @@ def _window_context(model, unravel, u, data):
     return model.window_context(unravel(u), data)
 
 
+class _LazyWindows:
+    """Called with no arguments: the :class:`Windows` (the boundary messages of the full fit
+    are computed on first use only, one forward-backward pass). Picklable, so a
+    :class:`Problem` can travel to worker processes (the messages are recomputed there)."""
+
+    def __init__(self, model, window_heldout, unravel, data, u_full):
+        self._args = (model, window_heldout, unravel, data, u_full)
+        self._value = None
+
+    def __call__(self) -> Windows:
+        if self._value is None:
+            model, window_heldout, unravel, data, u_full = self._args
+            self._value = Windows(window_heldout, _window_context(
+                model, unravel, jnp.asarray(u_full), data))
+        return self._value
+
+    def __getstate__(self):
+        return {"_args": self._args, "_value": None}
+
+
 def _windows(model, window_heldout, unravel, data, u_full):
-    """A function of no arguments returning the :class:`Windows` (the boundary messages of
-    the full fit are computed on first use only, one forward-backward pass)."""
-    @functools.lru_cache(maxsize=1)
-    def windows():
-        return Windows(window_heldout, _window_context(model, unravel, jnp.asarray(u_full),
-                                                       data))
-    return windows
+    """A :class:`_LazyWindows` of the model at the full fit."""
+    return _LazyWindows(model, window_heldout, unravel, data, u_full)

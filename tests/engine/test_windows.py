@@ -1,5 +1,6 @@
 """Held-out losses and IJ error estimates of short folds in windows of a long series equal
 the full passes (windows forced on a small series by lowering WINDOW_MIN_WORK)."""
+import cloudpickle
 import numpy as np
 import pytest
 
@@ -30,6 +31,10 @@ def test_windowed_heldout_losses_equal_the_full_pass(long_series, monkeypatch):
         info["heldout_windows"]["full_pass_folds"] == 0
     np.testing.assert_allclose(win[0], full[0], rtol=1e-8)
     np.testing.assert_allclose(win[1], full[1], rtol=1e-8, atol=1e-10)
+    # a problem with windows still travels to worker processes
+    shipped = cloudpickle.loads(cloudpickle.dumps(problem))
+    np.testing.assert_array_equal(np.asarray(shipped.windows().context[0]),
+                                  np.asarray(problem.windows().context[0]))
 
 
 def test_leave_one_out_ij_in_windows_equals_the_full_passes(long_series, monkeypatch):
