@@ -87,7 +87,7 @@ def main(quick: bool) -> dict:
                         "threads_per_worker": 1, "worker_xla_flags": WORKER_XLA_FLAGS},
             "seconds": {k: [round(s, 3) for s in v] if isinstance(v, list) else round(v, 3)
                         for k, v in seconds.items()},
-            "ratio_in_process_to_dask_warm": round(ratio, 2), "target_ratio": 1.6,
+            "ratio_in_process_to_dask_warm": round(ratio, 4), "target_ratio": 1.6,
             "task_unpickles_per_worker": unpickles,
             "max_abs_fold_loss_difference": float(np.max(np.abs(dask.fold_loss
                                                                 - local.fold_loss))),
