@@ -17,9 +17,8 @@ from jax import lax
 from ..optim.hessian import data_entries
 from .._compile import jit
 
-__all__ = ["fold_weights", "fold_indicator", "map_batches", "heldout_batch_size",
-           "fold_batch_size",
-           "heldout_losses"]
+__all__ = ["fold_weights", "fold_indicator", "fold_points", "map_batches",
+           "heldout_batch_size", "fold_batch_size", "heldout_losses"]
 
 
 def fold_weights(index, n: int, dtype=jnp.float64):
@@ -74,11 +73,18 @@ def _heldout(heldout, params_flat, index, data, n: int, batch_size: int):
 
     def one(args):
         u, idx = args
-        fold, points = heldout(u, fold_weights(idx, n), data)
-        if single:
-            return fold, jnp.where(idx < n, fold, 0.0)
-        return fold, points.at[idx].get(mode="fill", fill_value=0.0)
+        return fold_points(*heldout(u, fold_weights(idx, n), data), idx, idx, n, single)
     return map_batches(one, (params_flat, index), batch_size)
+
+
+def fold_points(fold, points, idx, local, n: int, single: bool):
+    """``(fold, (m,) point losses of the fold's units)`` from a model's ``(fold, points)``:
+    ``points`` gathered at ``local`` (the units' positions in ``points``; padding out of
+    range gives 0), or — for one-unit folds (``single``) — the fold loss itself at every
+    real unit (``idx < n``), so the per-unit computation compiles away."""
+    if single:
+        return fold, jnp.where(idx < n, fold, 0.0)
+    return fold, points.at[local].get(mode="fill", fill_value=0.0)
 
 
 #: a per-fold stage whose work (folds x data entries) exceeds this runs in chunks of folds
@@ -88,12 +94,15 @@ PROGRESS_WORK = 2 ** 28
 PROGRESS_CHUNKS = 40
 
 
-def progress_chunk(n_folds: int, batch_size: int, data, progress: bool) -> int:
+def progress_chunk(n_folds: int, batch_size: int, data, progress: bool,
+                   work_per_fold: int | None = None) -> int:
     """Folds per compiled call of a per-fold stage: all of them, or — with ``progress``
-    and more than :data:`PROGRESS_WORK` folds x data entries (leave-one-out on a long
-    series: every fold a pass over all the data) — a multiple of ``batch_size`` giving
-    about :data:`PROGRESS_CHUNKS` calls, so that a bar can move."""
-    if not progress or n_folds * max(data_entries(data), 1) <= PROGRESS_WORK:
+    and more than :data:`PROGRESS_WORK` folds x ``work_per_fold`` (default: the data
+    entries, leave-one-out on a long series being every fold a pass over all the data) —
+    a multiple of ``batch_size`` giving about :data:`PROGRESS_CHUNKS` calls, so that a bar
+    can move."""
+    work = data_entries(data) if work_per_fold is None else work_per_fold
+    if not progress or n_folds * max(work, 1) <= PROGRESS_WORK:
         return n_folds
     per = max(1, -(-n_folds // PROGRESS_CHUNKS))
     return int(min(n_folds, -(-per // batch_size) * batch_size))

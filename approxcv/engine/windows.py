@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._compile import jit
-from .batching import map_batches
+from .batching import fold_points, in_chunks, map_batches, progress_chunk
+from .error_estimate import chord_step
 
 __all__ = ["use_windows", "fold_spans", "windowed_heldout_losses", "use_taylor_chord_steps",
            "taylor_chord_steps", "WINDOW_RTOL"]
@@ -78,23 +79,44 @@ def _window_pass(heldout, params, index, starts, context, data, n: int, length: 
     def one(args):
         u, idx, start = args
         local = idx - start                     # padding lands beyond the window
-        w = jnp.ones(length, u.dtype).at[local].set(0.0, mode="drop")
-        fold, points = heldout(u, start, w, context, data)
-        if single:
-            return fold, jnp.where(idx < n, fold, 0.0)
-        return fold, points.at[local].get(mode="fill", fill_value=0.0)
+        return fold_points(*heldout(u, start, _window_weights(local, length, u.dtype),
+                                    context, data), idx, local, n, single)
     return map_batches(one, (params, index, starts), batch_size)
 
 
-def _pass(problem, windows, params, index, lo, span: int, half: int, chunked):
-    """Held-out losses of the given folds in windows of half-width ``half``."""
-    n = problem.n_units
+def _window_weights(local, length: int, dtype):
+    """``(length,)`` weights of a window: 0 at the fold's units (``local``, their positions
+    in the window; padding beyond it dropped), 1 elsewhere."""
+    return jnp.ones(length, dtype).at[local].set(0.0, mode="drop")
+
+
+def _window_layout(lo, span: int, half: int, n: int):
+    """``(length, starts)``: windows of ``span + 2 half`` steps (at most ``n``) starting
+    ``half`` before each fold's first unit, shifted to lie inside the series."""
     length = min(n, span + 2 * half)
-    starts = np.clip(lo - half, 0, n - length).astype(np.int64)
-    batch = int(max(1, min(len(index), WINDOW_BATCH_STEPS // length)))
-    return chunked(lambda p, i, s: _window_pass(windows.heldout, p, i, s, windows.context,
-                                                problem.data, n, length, batch),
-                   (params, index, starts), length, batch)
+    return length, np.clip(lo - half, 0, n - length).astype(np.int64)
+
+
+def _settle(compute, settled, rows, span: int, n: int):
+    """Evaluate ``compute(rows, half)`` (a tuple of row-indexed arrays, the first compared)
+    at half-widths ``WINDOW_START, 2 WINDOW_START, ...``; a row is accepted when
+    ``settled(new, previous)`` holds for it, with the larger window's outputs, until the
+    windows reach :data:`MAX_WINDOW_FRACTION` of the series.
+
+    Returns:
+        ``(accepted, todo, widths)``: a list of ``(rows, outputs)`` per width, the rows
+        that never settled, and the half-widths compared.
+    """
+    half, todo, accepted, widths = WINDOW_START, rows, [], []
+    prev = compute(todo, half)[0] if todo.size else None
+    while todo.size and span + 4 * half <= MAX_WINDOW_FRACTION * n:
+        half *= 2
+        widths.append(half)
+        out = compute(todo, half)
+        ok = settled(out[0], prev)
+        accepted.append((todo[ok], tuple(o[ok] for o in out)))
+        todo, prev = todo[~ok], out[0][~ok]
+    return accepted, todo, widths
 
 
 def windowed_heldout_losses(problem, params_flat, index, progress: bool = False,
@@ -112,47 +134,43 @@ def windowed_heldout_losses(problem, params_flat, index, progress: bool = False,
     Returns:
         ``(fold_loss (n_folds,), point_loss (n_folds, m))`` NumPy arrays.
     """
-    from .batching import PROGRESS_CHUNKS, PROGRESS_WORK, in_chunks
     params_flat, index = np.asarray(params_flat), np.asarray(index)
     n = problem.n_units
     windows = problem.windows()
     lo, hi = fold_spans(index, n)
     span = int(np.max(hi - lo + 1))
-    n_folds = len(index)
 
-    def chunked(fn, arrays, length, batch):
-        rows = len(arrays[0])
-        chunk = rows
-        if progress and rows * length > PROGRESS_WORK:
-            per = max(1, -(-rows // PROGRESS_CHUNKS))
-            chunk = int(min(rows, -(-per // batch) * batch))
-        return in_chunks(fn, arrays, chunk, f"held-out losses (windows of {length})",
-                         progress)
+    def losses(rows, half):
+        length, starts = _window_layout(lo[rows], span, half, n)
+        batch = int(max(1, min(len(rows), WINDOW_BATCH_STEPS // length)))
+        chunk = progress_chunk(len(rows), batch, None, progress, work_per_fold=length)
+        return in_chunks(lambda p, i, s: _window_pass(windows.heldout, p, i, s,
+                                                      windows.context, problem.data, n,
+                                                      length, batch),
+                         (params_flat[rows], index[rows], starts), chunk,
+                         f"held-out losses (windows of {length})", progress)
 
-    fold = np.full(n_folds, np.nan)
-    points = np.zeros(index.shape)
-    todo = np.arange(n_folds)
-    half = WINDOW_START
-    prev, _ = _pass(problem, windows, params_flat, index, lo, span, half, chunked)
-    widths, worst = [], 0.0
-    while todo.size and span + 4 * half <= MAX_WINDOW_FRACTION * n:
-        half *= 2
-        widths.append(half)
-        f, p = _pass(problem, windows, params_flat[todo], index[todo], lo[todo], span, half,
-                     chunked)
+    changes = []
+
+    def settled(new, prev):
         with np.errstate(divide="ignore", invalid="ignore"):
-            change = np.abs(f - prev) / np.maximum(np.abs(f), np.finfo(float).tiny)
-        settled = np.isfinite(f) & (change <= WINDOW_RTOL)
-        if settled.any():
-            worst = max(worst, float(np.max(change[settled])))
-        fold[todo[settled]], points[todo[settled]] = f[settled], p[settled]
-        todo, prev = todo[~settled], f[~settled]
+            change = np.abs(new - prev) / np.maximum(np.abs(new), np.finfo(float).tiny)
+        ok = np.isfinite(new) & (change <= WINDOW_RTOL)
+        changes.append(change[ok])
+        return ok
+
+    accepted, todo, widths = _settle(losses, settled, np.arange(len(index)), span, n)
+    fold = np.full(len(index), np.nan)
+    points = np.zeros(index.shape)
+    for rows, (f, p) in accepted:
+        fold[rows], points[rows] = f, p
     if todo.size:
-        f, p = full_pass(params_flat[todo], index[todo])
-        fold[todo], points[todo] = f, p
+        fold[todo], points[todo] = full_pass(params_flat[todo], index[todo])
     if info is not None:
-        info["heldout_windows"] = {"half_widths": widths, "max_rel_change": worst,
-                                   "rtol": WINDOW_RTOL, "full_pass_folds": int(todo.size)}
+        info["heldout_windows"] = {
+            "half_widths": widths,
+            "max_rel_change": float(np.max(np.concatenate(changes), initial=0.0)),
+            "rtol": WINDOW_RTOL, "full_pass_folds": int(todo.size)}
     return fold, points
 
 
@@ -191,26 +209,20 @@ def _taylor_chord_steps(heldout, chol, u1, terms, params, index, starts, context
                         length: int, batch_size: int):
     """Chord corrections of every fold with ``grad F(u, w_o) = grad F(u, 1) - grad L_o(u)``,
     ``F(., 1)`` expanded to third order at ``u_1`` (``terms``) and ``L_o`` in its window."""
-    from .error_estimate import _rate, extrapolate
     value1, g1, h1, t1 = terms
 
     def one(args):
         u, idx, start = args
-        w = jnp.ones(length, u.dtype).at[idx - start].set(0.0, mode="drop")
+        w = _window_weights(idx - start, length, u.dtype)
 
-        def value_grad(v):
+        def fold_objective(v, w, data):
+            """``F(v, 1)`` to third order about ``u_1`` minus the fold loss in its window:
+            ``F(v, w_o)`` by the split (its gradient is the chord residual)."""
             d = v - u1
-            loss, loss_grad = jax.value_and_grad(
-                lambda a: heldout(a, start, w, context, data)[0])(v)
-            t1d = jnp.einsum("ijk,k->ij", t1, d)
-            value = value1 + g1 @ d + 0.5 * d @ h1 @ d + d @ t1d @ d / 6.0 - loss
-            return value, g1 + h1 @ d + 0.5 * t1d @ d - loss_grad
-        value, r1 = value_grad(u)
-        d1 = jax.scipy.linalg.cho_solve((chol, True), r1)
-        _, r2 = value_grad(u - d1)
-        d2 = jax.scipy.linalg.cho_solve((chol, True), r2)
-        rho = _rate(jnp.dot(d2, r2), jnp.dot(d1, r1), value)
-        return extrapolate(d1, d2, rho), rho
+            taylor = value1 + g1 @ d + 0.5 * d @ h1 @ d + jnp.einsum("ijk,i,j,k", t1, d, d,
+                                                                     d) / 6.0
+            return taylor - heldout(v, start, w, context, data)[0]
+        return chord_step(fold_objective, chol, u, w, data)
     return map_batches(one, (params, index, starts), batch_size)
 
 
@@ -239,7 +251,6 @@ def taylor_chord_steps(problem, params, index, chol, exact_steps, progress: bool
     Returns:
         ``(correction (n_folds, D), rho (n_folds,))`` or ``None``.
     """
-    from .batching import PROGRESS_CHUNKS, PROGRESS_WORK, in_chunks
     params, index = np.asarray(params), np.asarray(index)
     n, dim = problem.n_units, params.shape[1]
     windows = problem.windows()
@@ -253,35 +264,27 @@ def taylor_chord_steps(problem, params, index, chol, exact_steps, progress: bool
     span = int(np.max(hi - lo + 1))
 
     def corrections(rows, half):
-        length = min(n, span + 2 * half)
-        starts = np.clip(lo[rows] - half, 0, n - length).astype(np.int64)
+        length, starts = _window_layout(lo[rows], span, half, n)
         batch = int(max(1, min(len(rows), WINDOW_BATCH_STEPS // (length * max(dim, 1)))))
-        chunk = len(rows)
-        if progress and len(rows) * length * dim > PROGRESS_WORK:
-            per = max(1, -(-len(rows) // PROGRESS_CHUNKS))
-            chunk = int(min(len(rows), -(-per // batch) * batch))
+        chunk = progress_chunk(len(rows), batch, None, progress, work_per_fold=length * dim)
         return in_chunks(lambda p, i, s: _taylor_chord_steps(
             windows.heldout, chol, problem.u_full, terms, p, i, s, windows.context,
             problem.data, length, batch), (params[rows], index[rows], starts), chunk,
             f"error estimates (windows of {length})", progress)
 
-    step = np.full(params.shape, np.nan)
-    rate = np.full(len(params), np.nan)
+    def settled(new, prev):
+        return (m_norm(new - prev) <= TAYLOR_CHECK_RTOL * m_norm(new) + TAYLOR_CHECK_ATOL) \
+            | (np.isnan(new).any(axis=1) & np.isnan(prev).any(axis=1))
+
     # the expansion's remainder grows like |d|^3: folds that moved far go to the full passes
     moved = m_norm(params - np.asarray(problem.u_full))
     near = np.flatnonzero(moved <= TAYLOR_MAX_STEP)
     far = np.flatnonzero(~(moved <= TAYLOR_MAX_STEP))
-    todo = near
-    half = WINDOW_START
-    if todo.size:
-        prev, _ = corrections(todo, half)
-    while todo.size and span + 4 * half <= MAX_WINDOW_FRACTION * n:
-        half *= 2
-        s, r = corrections(todo, half)
-        settled = (m_norm(s - prev) <= TAYLOR_CHECK_RTOL * m_norm(s) + TAYLOR_CHECK_ATOL) \
-            | (np.isnan(s).any(axis=1) & np.isnan(prev).any(axis=1))
-        step[todo[settled]], rate[todo[settled]] = s[settled], r[settled]
-        todo, prev = todo[~settled], s[~settled]
+    accepted, todo, widths = _settle(corrections, settled, near, span, n)
+    step = np.full(params.shape, np.nan)
+    rate = np.full(len(params), np.nan)
+    for rows, (s, r) in accepted:
+        step[rows], rate[rows] = s, r
     exact = np.union1d(far, todo)
     if exact.size:
         s, r = exact_steps(params[exact], index[exact])
@@ -303,7 +306,8 @@ def taylor_chord_steps(problem, params, index, chol, exact_steps, progress: bool
         ok = bool(np.all(diff <= TAYLOR_CHECK_RTOL * m_norm(ref_step) + TAYLOR_CHECK_ATOL))
     if info is not None:
         info["error_estimate_windows"] = {
-            "half_width": int(half), "full_pass_folds": int(exact.size),
+            "half_width": int(widths[-1] if widths else WINDOW_START),
+            "full_pass_folds": int(exact.size),
             "max_step": TAYLOR_MAX_STEP, "checked_folds": check.tolist(),
             "max_check_diff": float(np.max(diff, initial=0.0)), "accepted": ok}
     return (step, rate) if ok else None
