@@ -27,6 +27,7 @@ from ...fitting import best_start, fit_method, padded, perturbation_restarts
 from ...inference import chain
 from .. import constraints as C
 from .em import EM_MAX_DIM, em_fit
+from .windows import ChainWindows
 from ._occupancy import check_occupancy
 from .._transforms import dirichlet_log_prior
 from ..base import Model, check_weights, left_out
@@ -47,7 +48,7 @@ class Sequences(NamedTuple):
         return int(self.x.shape[0])
 
 
-class HMM(Model):
+class HMM(ChainWindows, Model):
     """Base class of HMMs with a weighted-objective interface (see module docstring).
 
     Subclasses set ``params_type`` (a NamedTuple whose first two fields are
@@ -181,42 +182,6 @@ class HMM(Model):
                                         weights)
         losses = jnp.where(left_out(weights), -self.sequence_log_likelihoods(params, seqs), 0.0)
         return jnp.sum(losses), losses
-
-    # ------------------------------------------------- held-out losses in windows
-    #: the emission log-likelihood of a step depends on that step's observation only (no
-    #: lags, no absolute time), so a window of the data has the window's emissions
-    rowwise_emissions: bool = False
-
-    def supports_windows(self, data, level: str | None = None) -> bool:
-        """Whether held-out losses of short folds can be computed in windows of the series
-        (:meth:`window_heldout_loss`): one sequence, ``level="within"``, row-wise emissions."""
-        seqs, level, _ = self.prepare(data, level)
-        return (level == "within" and seqs.num_sequences == 1 and self.rowwise_emissions
-                and bool(np.all(np.asarray(seqs.mask) > 0)))
-
-    def window_context(self, params, data):
-        """The boundary messages of the full series at ``params``
-        (:func:`approxcv.inference.chain.boundary_messages`): ``(T, K)`` log filtered and
-        log backward messages."""
-        seqs, _, _ = self.prepare(data, "within")
-        return chain.boundary_messages(*self.log_potentials(params, seqs.x[0], seqs.mask[0]))
-
-    def window_heldout_loss(self, params, data, start, weights, context):
-        """Held-out losses of the units with weight 0 in the window ``[start, start + L)``
-        (``L = len(weights)``), the series outside it summarised by ``context``
-        (:meth:`window_context`, usually of the full fit): ``(fold_loss, points (L,))``
-        as :meth:`heldout_loss` restricted to the window
-        (:func:`approxcv.inference.chain.window_heldout_losses`)."""
-        seqs, _, _ = self.prepare(data, "within")
-        length = weights.shape[0]
-        x = jax.tree_util.tree_map(
-            lambda leaf: jax.lax.dynamic_slice_in_dim(leaf, start, length, axis=0), seqs.x[0])
-        log_filtered, log_backward = context
-        log_lik = self._emission_log_lik(params, x)
-        return chain.window_heldout_losses(
-            jnp.log(params[0]), jnp.log(params[1]), log_lik, weights,
-            log_filtered[jnp.maximum(start - 1, 0)], log_backward[start + length - 1],
-            start == 0)
 
     # ------------------------------------------------------------------ fit
     def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:

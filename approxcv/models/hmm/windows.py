@@ -1,0 +1,58 @@
+"""Held-out losses of an HMM in windows of one long series (``approxcv.engine.windows``).
+
+A mixin of :class:`~approxcv.models.hmm.HMM`: the three optional protocol methods with which
+a model offers windows to the engine (``Problem.windows``). The series outside a window is
+summarised by the full fit's filtered and backward messages
+(:func:`approxcv.inference.chain.window_heldout_losses`); only models whose emission
+log-likelihood of a step depends on that step's observation alone (``rowwise_emissions``:
+no lags, no absolute time) can evaluate a window from the window's data.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...inference import chain
+
+__all__ = ["ChainWindows"]
+
+
+class ChainWindows:
+    """Window methods of an HMM; needs ``prepare``, ``log_potentials`` and
+    ``_emission_log_lik`` of :class:`~approxcv.models.hmm.HMM`."""
+
+    #: the emission log-likelihood of a step depends on that step's observation only (no
+    #: lags, no absolute time), so a window of the data has the window's emissions
+    rowwise_emissions: bool = False
+
+    def supports_windows(self, data, level: str | None = None) -> bool:
+        """Whether held-out losses of short folds can be computed in windows of the series
+        (:meth:`window_heldout_loss`): one sequence, ``level="within"``, row-wise emissions."""
+        seqs, level, _ = self.prepare(data, level)
+        return (level == "within" and seqs.num_sequences == 1 and self.rowwise_emissions
+                and bool(np.all(np.asarray(seqs.mask) > 0)))
+
+    def window_context(self, params, data):
+        """The boundary messages of the full series at ``params``
+        (:func:`approxcv.inference.chain.boundary_messages`): ``(T, K)`` log filtered and
+        log backward messages."""
+        seqs, _, _ = self.prepare(data, "within")
+        return chain.boundary_messages(*self.log_potentials(params, seqs.x[0], seqs.mask[0]))
+
+    def window_heldout_loss(self, params, data, start, weights, context):
+        """Held-out losses of the units with weight 0 in the window ``[start, start + L)``
+        (``L = len(weights)``), the series outside it summarised by ``context``
+        (:meth:`window_context`, usually of the full fit): ``(fold_loss, points (L,))``
+        as :meth:`heldout_loss` restricted to the window
+        (:func:`approxcv.inference.chain.window_heldout_losses`)."""
+        seqs, _, _ = self.prepare(data, "within")
+        length = weights.shape[0]
+        x = jax.tree_util.tree_map(
+            lambda leaf: jax.lax.dynamic_slice_in_dim(leaf, start, length, axis=0), seqs.x[0])
+        log_filtered, log_backward = context
+        log_lik = self._emission_log_lik(params, x)
+        return chain.window_heldout_losses(
+            jnp.log(params[0]), jnp.log(params[1]), log_lik, weights,
+            log_filtered[jnp.maximum(start - 1, 0)], log_backward[start + length - 1],
+            start == 0)
