@@ -184,7 +184,7 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     windows = None
     if scheme == "A" and getattr(model, "supports_windows", None) is not None \
             and model.supports_windows(prepared, level):
-        windows = _windows(model, window_heldout, unravel, prepared, u_full)
+        windows = _LazyWindows(model, window_heldout, unravel, prepared, u_full)
     return Problem(fun, heldout, prepared, u_full, unravel, int(n_units),
                    float(n_units if scale is None else scale), starts,
                    (model, scheme, level), getattr(model, "refit_solver", None),
@@ -215,8 +215,3 @@ class _LazyWindows:
 
     def __getstate__(self):
         return {"_args": self._args, "_value": None}
-
-
-def _windows(model, window_heldout, unravel, data, u_full):
-    """A :class:`_LazyWindows` of the model at the full fit."""
-    return _LazyWindows(model, window_heldout, unravel, data, u_full)

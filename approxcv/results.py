@@ -1,6 +1,7 @@
 """Cross-validation results as plain data, and comparison of two runs."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -280,7 +281,6 @@ def compare_models(results, *, on: str = "all", unit: str = "auto") -> pd.DataFr
         ``elpd_diff``, ``dse``, ``n_units``, ``n_unreliable``, ``warning``, ``method``;
         ``attrs`` holds ``unit``, ``on`` and ``n_folds``.
     """
-    from collections.abc import Mapping
     if not isinstance(results, Mapping) or not results:
         raise ArgumentTypeError("`results` must be a non-empty mapping {label: CVResult}, "
                                 f"got {type(results).__name__}")
