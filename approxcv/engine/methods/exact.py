@@ -134,8 +134,10 @@ class RefitBatch:
 
 
 def _objective_at_fit(problem) -> float:
-    """``F(u_1, 1)``, the full-data objective at the fit."""
-    return float(problem.fun(problem.u_full, jnp.ones(problem.n_units), problem.data))
+    """``F(u_1, 1)``, the full-data objective at the fit, through the jitted evaluation of
+    :func:`~approxcv.engine.exact_optima.full_objectives` (compiled once per model and data
+    shape; a plain call would trace and compile the objective's scan again on every run)."""
+    return float(full_objectives(problem, problem.u_full[None])[0])
 
 
 def _record_better_optima(diagnostics, problem, refits, folds, warn, at_fit):
