@@ -27,6 +27,7 @@ from ...fitting import best_start, fit_method, padded, perturbation_restarts
 from ...inference import chain
 from .. import constraints as C
 from .em import EM_MAX_DIM, em_fit
+from .start_selection import select_starts
 from .windows import ChainWindows
 from ._occupancy import check_occupancy
 from .._transforms import dirichlet_log_prior
@@ -56,15 +57,19 @@ class HMM(ChainWindows, Model):
     hooks listed in the module docstring.
 
     Fit options: ``n_init`` starts (``seed``), ``max_steps`` BFGS steps, ``n_perturb``
-    perturbation restarts dropping ``perturb_frac`` of the units, and ``fit_em``: EM +
+    perturbation restarts dropping ``perturb_frac`` of the units, ``fit_em``: EM +
     Newton first (default; ``False`` fits by BFGS + Newton only, as earlier versions did —
-    the two can end in different local optima from the same start).
+    the two can end in different local optima from the same start), and
+    ``start_subsample``: on data of at least 4 times this many steps the starts are first
+    refined by EM on the first ``start_subsample`` steps and only the endpoints that may be
+    the best optimum go on to all the data (:mod:`approxcv.models.hmm.start_selection`;
+    ``None``: every start on all the data).
     """
 
     def __init__(self, n_states: int, *, initial_concentration: float = 1.1,
                  transition_concentration: float = 1.1, n_init: int = 4, seed: int = 0,
                  max_steps: int = 2000, n_perturb: int = 0, perturb_frac: float = 0.3,
-                 fit_em: bool | None = None):
+                 fit_em: bool | None = None, start_subsample: int | None = 10_000):
         self.n_states = check_positive_int("n_states", n_states, 1)
         self.initial_concentration = check_positive("initial_concentration",
                                                     initial_concentration)
@@ -79,6 +84,8 @@ class HMM(ChainWindows, Model):
             raise InvalidArgumentError(
                 f"`perturb_frac` must lie in (0, 1), got {perturb_frac!r}")
         self.fit_em = type(self).fit_em if fit_em is None else bool(fit_em)
+        self.start_subsample = (None if start_subsample is None else
+                                check_positive_int("start_subsample", start_subsample))
         self.fit_result_: dict | None = None
 
     # ----------------------------------------------------------------- data
@@ -215,7 +222,10 @@ class HMM(ChainWindows, Model):
         ``approxcv.optim.MAX_DENSE_DIM`` parameters by L-BFGS without Newton polish
         (nothing of size ``D x D`` is formed). With ``n_perturb > 0`` the best fit is then
         improved by perturbation restarts (:func:`approxcv.fitting.perturbation_restarts`).
-        The run is recorded in ``self.fit_result_`` (objective, gradient norm and
+        On data of at least 4 x ``start_subsample`` steps, the starts are first refined by EM
+        on a subsample and only those that may end in the best optimum go on
+        (:mod:`approxcv.models.hmm.start_selection`, recorded in
+        ``fit_result_["start_selection"]``). The run is recorded in ``self.fit_result_`` (objective, gradient norm and
         convergence of every start — with EM only the best start is polished, so only it
         is ``converged`` —, ``"method"``: ``"em"`` when EM fitted it, ``"bfgs"`` with
         ``"em_steps"`` when EM ran but left the fit to BFGS, ``final_objective`` and
@@ -230,7 +240,15 @@ class HMM(ChainWindows, Model):
             FitError: no start reached a finite objective.
         """
         seqs, level, n = self.prepare(data, level)
-        starts = self._starts(seqs, level, init_params)
+        starts, selection = select_starts(self, seqs, level,
+                                          self._starts(seqs, level, init_params))
+        params = self._fit_from(seqs, level, n, starts)
+        if selection is not None:
+            self.fit_result_["start_selection"] = selection
+        return params
+
+    def _fit_from(self, seqs, level, n, starts):
+        """The fit of :meth:`fit` from ``starts`` (constrained parameter sets)."""
         obj, u0s = self._fit_problem(seqs, level, starts)
         em = em_fit(self, obj, u0s, seqs, level) if self._uses_em(obj) else None
         finished = em is not None and em.u is not None
