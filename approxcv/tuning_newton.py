@@ -92,8 +92,13 @@ def newton_tune(u0, rho0, design, y, aux, loss_fn, penalty_fn, max_iter: int = 3
         return _acv_closed_form(u, lam, design, y, aux, subset, loss_fn, penalty_fn)
 
     def derivatives(rho, u_hat):
-        (acv, reliable), grad = jax.value_and_grad(acv_of_rho, has_aux=True)(rho, u_hat)
-        hess = jax.hessian(lambda r: acv_of_rho(r, u_hat)[0])(rho)
+        # one forward-over-reverse trace gives the value, gradient and Hessian together
+        # (a separate value_and_grad traced the objective once more: a third of the first
+        # call's tracing)
+        def grad_with_aux(r):
+            (acv, reliable), grad = jax.value_and_grad(acv_of_rho, has_aux=True)(r, u_hat)
+            return grad, (acv, grad, reliable)
+        hess, (acv, grad, reliable) = jax.jacfwd(grad_with_aux, has_aux=True)(rho)
         return acv, grad, 0.5 * (hess + hess.T), reliable
 
     def gnorm(g):
