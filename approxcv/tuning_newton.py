@@ -30,7 +30,7 @@ from jax import lax
 
 from ._compile import jit
 from .optim.newton import newton_minimize
-from .tuning_gradient import _acv_closed_form
+from .tuning_gradient import _acv_closed_form, _hessian
 
 __all__ = ["NewtonTuneResult", "newton_tune", "MAX_STEP", "GTOL"]
 
@@ -61,11 +61,13 @@ class NewtonTuneResult(NamedTuple):
 
 
 def _newton_map(u, lam, design, y, aux, loss_fn, penalty_fn):
-    """One Newton step ``u - H^{-1} grad F(u; lam)`` on ``F = sum phi(A u, y) + lam^T r``."""
-    def fun(v):
-        return jnp.sum(loss_fn(design @ v, y)) + penalty_fn(v, lam, aux)
-    g = jax.grad(fun)(u)
-    h = jax.hessian(fun)(u)
+    """One Newton step ``u - H^{-1} grad F(u; lam)`` on ``F = sum phi(A u, y) + lam^T r``,
+    with ``grad F = A^T phi' + grad r`` and ``H = A^T diag(phi'') A + hess r`` from the
+    per-sample derivatives in the linear predictor (a ``jax.hessian`` of ``F`` pushed
+    ``D`` tangents through the data, then was differentiated twice more by the tuning
+    loop: most of its first call's tracing)."""
+    terms, h = _hessian(u, lam, design, y, aux, loss_fn, penalty_fn)
+    g = design.T @ terms.grad + jax.grad(penalty_fn)(u, lam, aux)
     return u - jnp.linalg.solve(0.5 * (h + h.T), g)
 
 
