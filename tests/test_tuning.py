@@ -212,3 +212,17 @@ def test_newton_and_adam_reach_the_closed_form_loo_optimum(ridge_data):
                                learning_rate=0.3)
     assert adam.best_acv == pytest.approx(newton.best_acv, rel=1e-4)
     assert adam.best_acv >= newton.best_acv * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("lam", [2.0, (0.5, 1.0, 3.0)])
+def test_separable_penalty_hessian_equals_the_full_hessian(lam):
+    import jax
+    import jax.numpy as jnp
+    from approxcv.tuning_gradient import penalty_hessian
+    model = acv.models.Ridge(lam)
+    pen = model.penalty
+    assert pen.separable
+    u = jnp.asarray([0.3, -1.2, 2.0, 0.7])          # three coefficients and the intercept
+    lam_vec = model.lam_vector()
+    np.testing.assert_allclose(penalty_hessian(pen, u, lam_vec, None),
+                               jax.hessian(pen)(u, lam_vec, None), rtol=1e-12, atol=1e-14)

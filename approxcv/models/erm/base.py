@@ -117,6 +117,10 @@ def ridge_per_coefficient(coef, aux=None):
     return 0.5 * coef ** 2
 
 
+# sums of per-coefficient terms: ``lam^T r`` has a diagonal Hessian (tuning uses it)
+ridge_total.separable = ridge_per_coefficient.separable = True
+
+
 @functools.lru_cache(maxsize=64)
 def penalty_function(regularizers, fit_intercept: bool):
     """``penalty(u, lam, aux) = lam^T r(theta)`` on the flat ``u = (theta, b)``.
@@ -127,6 +131,7 @@ def penalty_function(regularizers, fit_intercept: bool):
     def penalty(u, lam, aux=None):
         coef = u[:u.shape[0] - int(fit_intercept)]
         return jnp.dot(lam, regularizers(coef, aux))
+    penalty.separable = bool(getattr(regularizers, "separable", False))
     return penalty
 
 
