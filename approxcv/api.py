@@ -120,7 +120,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     else:
         fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
                                            opts.progress, diagnostics)
-    stages["heldout"] = time.perf_counter() - t_heldout
+    stages["heldout"] = stages.get("heldout", 0.0) + time.perf_counter() - t_heldout
     diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
     if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
         t_est = time.perf_counter()

@@ -135,7 +135,8 @@ def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
 
     Short folds on one long series (leave-one-out, say) are evaluated in windows of the
     series when the model offers them (:mod:`approxcv.engine.windows`: accepted only where
-    doubling the window no longer changes the loss, else the full pass).
+    doubling the window no longer changes the loss, else the full pass); many long folds of
+    one series, with folds in lanes when the model offers them (:mod:`approxcv.engine.lanes`).
 
     Args:
         problem: the :class:`~approxcv.problem.Problem`.
@@ -155,7 +156,10 @@ def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
         return in_chunks(lambda p, i: _heldout(problem.heldout, p, i, problem.data,
                                                problem.n_units, size),
                          (params, idx), chunk, "held-out losses", progress)
+    from .lanes import lanes_heldout_losses, use_lanes
     from .windows import use_windows, windowed_heldout_losses
     if use_windows(problem, index):
         return windowed_heldout_losses(problem, params_flat, index, progress, info, full)
+    if use_lanes(problem, index):
+        return lanes_heldout_losses(problem, params_flat, index, batch_size, progress)
     return full(params_flat, index)

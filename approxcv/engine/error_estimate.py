@@ -125,7 +125,9 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
     IJ holds, else (matrix-free) :func:`ij_chord_steps_cg` (a row CG could not solve is NaN:
     its estimate unknown, not the fold). Short folds on a long series take
     :func:`approxcv.engine.windows.taylor_chord_steps` (recorded in ``info``) when its
-    check passes. Applied to the IJ's points this is the IJ's own
+    check passes; many long folds of one series go in lanes
+    (:func:`approxcv.engine.lanes.lanes_chord_steps`, whose pass also gives the held-out
+    losses at ``params``: ``info["heldout"]``). Applied to the IJ's points this is the IJ's own
     estimate; applied to a refined point ``u*`` it is the next round of the same iteration
     (``method="auto"``'s chord stage)."""
     if chol is not None:
@@ -136,7 +138,14 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
                                                          problem.data, problem.n_units,
                                                          batch),
                              (p_rows, idx_rows), chunk, "error estimates", options.progress)
+        from .lanes import lanes_chord_steps, use_lanes
         from .windows import taylor_chord_steps, use_taylor_chord_steps
+        if use_lanes(problem, index):
+            step, rate, heldout = lanes_chord_steps(problem, params, index, chol,
+                                                    options.batch_size, options.progress)
+            if info is not None:
+                info["heldout"] = heldout
+            return step, rate
         if use_taylor_chord_steps(problem, index):
             out = taylor_chord_steps(problem, params, index, chol, full, options.progress,
                                      info=info)
