@@ -144,8 +144,10 @@ def _functions(model, scheme, level, treedef, shapes):
     def window_heldout(u, start, w, context, data):
         return model.window_heldout_loss(unravel(u), data, start, w, context)
 
-    lanes = Lanes(lambda u: model.lane_potentials(unravel(u)), model.lane_emission,
-                  lambda u, data: model.log_prior(unravel(u), data), model.lane_series)
+    lanes = None
+    if hasattr(model, "lane_potentials"):
+        lanes = Lanes(lambda u: model.lane_potentials(unravel(u)), model.lane_emission,
+                      lambda u, data: model.log_prior(unravel(u), data), model.lane_series)
     return fun, heldout, unravel, window_heldout, lanes
 
 
@@ -206,7 +208,6 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     if scheme == "A" and getattr(model, "supports_windows", None) is not None \
             and model.supports_windows(prepared, level):
         windows = _LazyWindows(model, window_heldout, unravel, prepared, u_full)
-        lanes = lanes if hasattr(model, "lane_potentials") else None
     else:
         lanes = None
     return Problem(fun, heldout, prepared, u_full, unravel, int(n_units),

@@ -118,15 +118,18 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True):
     n = arrays[0].shape[0]
     if chunk >= n:
         return tuple(np.asarray(o) for o in fn(*(jnp.asarray(a) for a in arrays)))
-    parts = []
+    outs = None
     with tqdm(total=n, desc=desc, unit="fold", disable=not progress, leave=False) as bar:
         for start in range(0, n, chunk):
             take = min(chunk, n - start)
             rows = np.where(np.arange(chunk) < take, start + np.arange(chunk), start)
-            out = fn(*(jnp.asarray(a[rows]) for a in arrays))
-            parts.append(tuple(np.asarray(o)[:take] for o in out))
+            out = [np.asarray(o) for o in fn(*(jnp.asarray(a[rows]) for a in arrays))]
+            if outs is None:        # written in place: no list of parts to concatenate
+                outs = tuple(np.empty((n,) + o.shape[1:], o.dtype) for o in out)
+            for dest, o in zip(outs, out):
+                dest[start:start + take] = o[:take]
             bar.update(take)
-    return tuple(np.concatenate(p) for p in zip(*parts))
+    return outs
 
 
 def heldout_losses(problem, params_flat, index, batch_size: int | None = None,

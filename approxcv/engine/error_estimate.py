@@ -171,7 +171,8 @@ def refined_params(params, correction):
 
 
 def estimate_errors(problem, params, fold_loss, index, correction,
-                    batch_size: int | None = None, progress: bool = False):
+                    batch_size: int | None = None, progress: bool = False,
+                    points: bool = True):
     """Estimated relative error ``|L_o(u*) - L_o(u_m)| / |L_o(u*)|`` of every fold loss.
 
     Args:
@@ -182,6 +183,9 @@ def estimate_errors(problem, params, fold_loss, index, correction,
         correction: ``(n_folds, D)`` the chord correction ``u_m - u*`` (NaN rows: the
             iteration does not contract).
         progress: a progress bar for a long held-out pass.
+        points: also return the point losses at ``u*`` (else ``None``: folds in lanes
+            then need only the forward passes, :func:`approxcv.engine.lanes.
+            lanes_fold_losses`).
 
     Returns:
         ``(estimate (n_folds,), refined_fold_loss (n_folds,), refined_points (n_folds,
@@ -189,10 +193,15 @@ def estimate_errors(problem, params, fold_loss, index, correction,
         anything is not finite; the held-out losses at ``u*`` (at ``u_m`` where the
         correction is NaN) are what ``method="auto"``'s next chord round starts from.
     """
+    from .lanes import lanes_fold_losses, use_lanes
     refined, ok = refined_params(params, correction)
-    batch = batch_size or fold_batch_size(problem, len(index))
-    loss_star, points_star = (np.asarray(a) for a in heldout_losses(problem, refined, index,
-                                                                     batch, progress))
+    if not points and use_lanes(problem, index):
+        loss_star, points_star = lanes_fold_losses(problem, refined, index, batch_size,
+                                                   progress), None
+    else:
+        batch = batch_size or fold_batch_size(problem, len(index))
+        loss_star, points_star = (np.asarray(a) for a in heldout_losses(
+            problem, refined, index, batch, progress))
     fold_loss = np.asarray(fold_loss, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         est = np.abs(loss_star - fold_loss) / np.abs(loss_star)

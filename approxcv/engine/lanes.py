@@ -26,7 +26,8 @@ from .._compile import jit
 from ..inference.chain_lanes import chunk_counts, lane_pass
 from .batching import in_chunks
 
-__all__ = ["use_lanes", "lane_batch_size", "lanes_heldout_losses", "lanes_chord_steps",
+__all__ = ["use_lanes", "lane_batch_size", "lanes_heldout_losses", "lanes_fold_losses",
+           "lanes_chord_steps",
            "LANES_MEMORY", "LANES_MIN_WORK"]
 
 #: folds x series length above which folds go in lanes (below it the per-fold passes are
@@ -83,11 +84,12 @@ def _run(lanes, u, index, data, n: int, cap: int, full: bool, points: bool, grad
     n_chunks = -(-n // chunk)
     index = jnp.sort(index, axis=1)
     rows = jnp.broadcast_to(jnp.arange(index.shape[0])[:, None], index.shape)
+    pad = n_chunks * chunk - n                  # the series is padded at the front
     counts = jnp.zeros((index.shape[0], n_chunks), jnp.int32).at[
-        rows, jnp.minimum(index, n - 1) // chunk].add((index < n).astype(jnp.int32))
+        rows, (jnp.minimum(index, n - 1) + pad) // chunk].add((index < n).astype(jnp.int32))
     ends = jnp.cumsum(counts, axis=1).T
     x = lanes.series(data)
-    x = jnp.concatenate([x, jnp.zeros((n_chunks * chunk - n,) + x.shape[1:], x.dtype)])
+    x = jnp.concatenate([jnp.broadcast_to(x[:1], (pad,) + x.shape[1:]), x])
     (log_init, log_trans, em), pull = jax.vjp(partial(_per_fold, lanes), u)
     out = lane_pass(log_init, log_trans, lanes.emission, em, x, index.astype(jnp.int32),
                     ends, n, chunk, cap, full=full, points=points, grads=grads)
@@ -103,6 +105,12 @@ def _run(lanes, u, index, data, n: int, cap: int, full: bool, points: bool, grad
 def _heldout(lanes, u, index, data, n: int, cap: int):
     """``(fold_loss, points)`` of a batch of folds."""
     return _run(lanes, u, index, data, n, cap, True, True, False)[:2]
+
+
+@partial(jit, static_argnums=(0, 4, 5))
+def _fold_loss(lanes, u, index, data, n: int, cap: int):
+    """``(fold_loss,)`` of a batch of folds (forward passes only)."""
+    return _run(lanes, u, index, data, n, cap, True, False, False)[:1]
 
 
 @partial(jit, static_argnums=(0, 5, 6))
@@ -139,6 +147,14 @@ def lanes_heldout_losses(problem, params_flat, index, batch_size: int | None = N
     return _batches(problem, params_flat, index, batch_size, memory, progress,
                     "held-out losses", lambda u, i, cap: _heldout(
                         problem.lanes, u, i, problem.data, problem.n_units, cap))
+
+
+def lanes_fold_losses(problem, params_flat, index, batch_size: int | None = None,
+                      progress: bool = False, memory: int | None = None):
+    """Held-out fold losses ``(n_folds,)`` only (no point losses: the forward passes)."""
+    return _batches(problem, params_flat, index, batch_size, memory, progress,
+                    "held-out losses", lambda u, i, cap: _fold_loss(
+                        problem.lanes, u, i, problem.data, problem.n_units, cap))[0]
 
 
 def lanes_chord_steps(problem, params, index, chol, batch_size: int | None = None,

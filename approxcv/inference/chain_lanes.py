@@ -55,23 +55,24 @@ class LanePass(NamedTuple):
 
 
 def chunk_counts(index, n: int, chunk: int):
-    """``(B, n_chunks)`` left-out units of each fold in each chunk of ``chunk`` steps
-    (NumPy; padding ``>= n`` not counted)."""
+    """``(B, n_chunks)`` left-out units of each fold in each chunk of ``chunk`` steps of
+    the series padded at the front to whole chunks (NumPy; padding ``>= n`` not counted)."""
     import numpy as np
     index = np.asarray(index)
     n_chunks = -(-n // chunk)
     valid = index < n
     rows = np.broadcast_to(np.arange(index.shape[0])[:, None], index.shape)
-    flat = (rows * n_chunks + np.minimum(index, n - 1) // chunk)[valid]
+    pad = n_chunks * chunk - n
+    flat = (rows * n_chunks + (np.minimum(index, n - 1) + pad) // chunk)[valid]
     return np.bincount(flat, minlength=index.shape[0] * n_chunks).reshape(-1, n_chunks)
 
 
-def _chunk_positions(index, ends, c, chunk: int, cap: int):
-    """``(B, cap)`` step within chunk ``c`` of the last ``cap`` sorted units before
-    ``ends`` (the fold's first unit after the chunk); ``chunk`` (out of range) where the
-    unit lies outside the chunk."""
+def _chunk_positions(index, ends, first_step, chunk: int, cap: int):
+    """``(B, cap)`` step within the chunk starting at series step ``first_step`` of the last
+    ``cap`` sorted units before ``ends`` (the fold's first unit after the chunk);
+    ``chunk`` (out of range) where the unit lies outside the chunk."""
     cols = ends[:, None] - cap + jnp.arange(cap)[None, :]
-    pos = jnp.take_along_axis(index, jnp.maximum(cols, 0), axis=1) - c * chunk
+    pos = jnp.take_along_axis(index, jnp.maximum(cols, 0), axis=1) - first_step
     return jnp.where((cols >= 0) & (pos >= 0) & (pos < chunk), pos, chunk)
 
 
@@ -82,49 +83,70 @@ def _kept(local, chunk: int, dtype):
     return jnp.ones(chunk * b, dtype).at[flat].set(0.0, mode="drop").reshape(chunk, b)
 
 
+def _at(values, local):
+    """``values (C, B)`` at the steps ``local (B, cap)`` of each fold (``chunk``: 0)."""
+    chunk, b = values.shape
+    flat = jnp.minimum(local, chunk - 1) * b + jnp.arange(b)[:, None]
+    return jnp.where(local < chunk, values.reshape(-1)[flat], 0.0)
+
+
+def _sum_states(x):
+    """``sum_k x[k]`` of ``x (K, ...)``, unrolled (elementwise over the lanes)."""
+    return sum(x[k] for k in range(x.shape[0]))
+
+
 def _predict(alpha, trans):
-    """``(alpha A)_k = sum_j alpha_j A_jk`` for ``alpha (..., K, B)``, ``A (K, K, B)``."""
-    return jnp.sum(alpha[..., :, None, :] * trans, axis=-3)
+    """``(alpha A)_k = sum_j alpha_j A_jk`` for ``alpha (K, B)``, ``A (K, K, B)``."""
+    k = alpha.shape[0]
+    return jnp.stack([sum(alpha[j] * trans[j, i] for j in range(k)) for i in range(k)])
 
 
-def _forward_chunk(alpha, init, trans, lik, first, valid):
-    """Scaled forward recursion over one chunk: ``lik (C, S, K, B)``, ``alpha (S, K, B)``
-    for ``S`` chains, ``first``/``valid`` ``(C,)`` flags (the chain's first step; a real,
-    not padding, step). Returns ``(alpha_end, sum_t log c_t (S, B), alphas (C, S, K, B))``."""
+def _forward_chunk(alphas, init, trans, liks, first, keep: bool):
+    """Scaled forward recursions of the chains ``liks`` (a tuple of ``(C, K, B)``) over one
+    chunk from ``alphas`` (a tuple of ``(K, B)``); ``first (C,)`` marks the chain's first
+    step (``pi`` replaces the prediction and the sum of ``log c_t`` restarts). Returns
+    ``(alphas_end, sums of log c_t (B,) each, alphas (C, K, B) of the first chain if
+    keep)``."""
     def _step(carry, inputs):
-        """Predict through the transition (``pi`` at the first step), condition, renormalise."""
-        a, log_c = carry
-        l, is_first, ok = inputs
-        new = jnp.where(is_first, init, _predict(a, trans)) * l
-        c = jnp.sum(new, axis=-2)
-        new = jnp.where(ok, new / c[..., None, :], a)
-        return (new, log_c + jnp.where(ok, jnp.log(c), 0.0)), new
-    zero = jnp.zeros(alpha.shape[:-2] + alpha.shape[-1:], alpha.dtype)
-    (alpha, log_c), alphas = lax.scan(_step, (alpha, zero), (lik, first, valid), unroll=4)
-    return alpha, log_c, alphas
+        """Predict through the transition, condition on the emission, renormalise."""
+        prev, log_cs = carry
+        ls, is_first = inputs
+        new, sums = [], []
+        for a, log_c, lik in zip(prev, log_cs, ls):
+            a = jnp.where(is_first, init, _predict(a, trans)) * lik
+            c = _sum_states(a)
+            new.append(a * (1.0 / c))
+            sums.append(jnp.where(is_first, 0.0, log_c) + jnp.log(c))
+        return (tuple(new), tuple(sums)), (new[0] if keep else None)
+    zero = tuple(jnp.zeros(a.shape[1:], a.dtype) for a in alphas)
+    (alphas, log_cs), kept = lax.scan(_step, (tuple(alphas), zero), (tuple(liks), first),
+                                      unroll=4)
+    return alphas, log_cs, kept
 
 
-def _backward_chunk(beta, trans, lik, alpha_prev, alphas, first, valid):
-    """Backward recursion over one chunk (reverse), ``(K, B)`` messages. Returns
-    ``(beta_start, xi_sum (K, K, B), gammas (C, K, B))``."""
+def _backward_chunk(beta, trans, lik, alpha_prev, alphas, after_first):
+    """Backward recursion over one chunk (reverse) with ``(K, B)`` messages. Returns
+    ``(beta at the chunk's start, S (K, K, B), gammas (C, K, B))``: the pair marginals of
+    the chunk sum to ``A * S``, ``S_jk = sum_t alpha_{t-1}(j) lik_t(k) beta_t(k) / n_t``,
+    ``n_t = sum_jk alpha_{t-1}(j) A_jk lik_t(k) beta_t(k)`` (steps with ``after_first``)."""
+    k = trans.shape[0]
+
     def _step(carry, inputs):
-        """Smoothed marginal and pair marginal at ``t``, then the message to ``t - 1``."""
-        b, xi_sum = carry
-        l, a_prev, a, is_first, ok = inputs
+        """Smoothed marginal at ``t``, pair statistics, then the message to ``t - 1``."""
+        b, acc = carry
+        l, a_prev, a, weight = inputs
+        g = a * b
+        gamma = g * (1.0 / _sum_states(g))
         msg = l * b
-        gamma = a * b
-        gamma = gamma / jnp.sum(gamma, axis=0)
-        xi = a_prev[:, None, :] * trans * msg[None, :, :]
-        xi = xi / jnp.sum(xi, axis=(0, 1))
-        xi_sum = xi_sum + jnp.where(ok & ~is_first, xi, 0.0)
-        new = jnp.sum(trans * msg[None, :, :], axis=1)
-        new = jnp.where(ok, new / jnp.sum(new, axis=0), b)
-        return (new, xi_sum), gamma
-    xi0 = jnp.zeros(trans.shape, trans.dtype)
-    (beta, xi_sum), gammas = lax.scan(_step, (beta, xi0),
-                                      (lik, alpha_prev, alphas, first, valid),
-                                      reverse=True, unroll=4)
-    return beta, xi_sum, gammas
+        q = jnp.stack([sum(trans[j, i] * msg[i] for i in range(k)) for j in range(k)])
+        w = msg * (weight / _sum_states(a_prev * q))
+        acc = acc + a_prev[:, None, :] * w[None, :, :]
+        return (q * (1.0 / _sum_states(q)), acc), gamma
+    acc = jnp.zeros(trans.shape, trans.dtype)
+    (beta, acc), gammas = lax.scan(_step, (beta, acc),
+                                   (lik, alpha_prev, alphas, after_first), reverse=True,
+                                   unroll=4)
+    return beta, acc, gammas
 
 
 def lane_pass(log_init, log_trans, emission: Callable, emission_params, x, index, ends,
@@ -137,54 +159,54 @@ def lane_pass(log_init, log_trans, emission: Callable, emission_params, x, index
         emission: ``emission(params, x_chunk) -> (C, K)`` emission log-likelihoods of one
             fold's parameters on ``C`` steps (rows depend on their own step only).
         emission_params: pytree with a leading ``B`` axis.
-        x: the series, leading axis ``n_chunks * chunk >= n`` (padded; padding ignored).
+        x: the series, leading axis ``n_chunks * chunk >= n``, padded at the front
+            (the padding is ignored).
         index: ``(B, m)`` int, each row sorted, padding ``n``.
         ends: ``(n_chunks, B)`` int: a fold's units before the end of each chunk
-            (cumulative :func:`chunk_counts`).
+            (cumulative :func:`chunk_counts` of the front-padded series).
         n: series length; chunk: steps per chunk; cap: at least a fold's units in one chunk.
         full: compute ``log Z(all)``; points: the point losses; grads: the gradients.
     """
     dtype = log_trans.dtype
     n_chunks = x.shape[0] // chunk
-    init = log_init.T.astype(dtype)
-    init = jnp.exp(init)
+    pad = n_chunks * chunk - n                  # steps before the series' first
+    init = jnp.exp(log_init.T)
     trans = jnp.exp(jnp.moveaxis(log_trans, 0, -1))
     b = init.shape[1]
     xs = x.reshape((n_chunks, chunk) + x.shape[1:])
 
-    def emissions(c):
-        """``(ll (C, K, B), pullback)`` of chunk ``c``."""
-        xc = xs[c]
-        ll, pull = jax.vjp(lambda p: jax.vmap(emission, in_axes=(0, None))(p, xc),
-                           emission_params)
-        return jnp.transpose(ll, (1, 2, 0)), pull
-
-    def chunk_inputs(c):
-        """Emissions, step-wise maxima, kept mask, first/valid flags, positions of chunk ``c``."""
-        ll, pull = emissions(c)
+    def lik_of(fn, c):
+        """Emission log-likelihoods ``(C, K, B)`` of chunk ``c`` by ``fn`` (a function of
+        the emission parameters), their maxima ``(C, B)`` and scaled exponentials."""
+        out = fn(lambda p: jax.vmap(emission, (0, None), 2)(p, xs[c]))
+        ll = out[0] if isinstance(out, tuple) else out
         shift = jnp.max(ll, axis=1)
-        t = c * chunk + jnp.arange(chunk)
-        local = _chunk_positions(index, ends[c], c, chunk, cap)
-        kept = _kept(local, chunk, dtype) * (t < n)[:, None]
-        return ll, shift, kept, t, local, pull
+        return out, shift, jnp.exp(ll - shift[:, None, :])
+
+    def steps(c):
+        """Series steps (``< 0``: padding), kept mask ``(C, B)``, fold units of chunk ``c``."""
+        t = c * chunk - pad + jnp.arange(chunk)
+        local = _chunk_positions(index, ends[c], c * chunk - pad, chunk, cap)
+        return t, _kept(local, chunk, dtype) * (t >= 0)[:, None], local
 
     def _fwd(carry, c):
         """Forward over chunk ``c`` for the kept (and full) chain; records its start."""
-        alpha, log_c, shift_sum = carry
-        ll, shift, kept, t, _, _ = chunk_inputs(c)
-        lik = jnp.exp(ll - shift[:, None, :])
-        liks = [jnp.where(kept[:, None, :] > 0, lik, 1.0)] + ([lik] if full else [])
-        alpha_end, lc, _ = _forward_chunk(alpha, init, trans, jnp.stack(liks, 1), t == 0,
-                                          t < n)
-        shifts = [jnp.sum(shift * kept, 0)] + (
-            [jnp.sum(jnp.where(t[:, None] < n, shift, 0.0), 0)] if full else [])
-        return (alpha_end, log_c + lc, shift_sum + jnp.stack(shifts)), alpha[0]
+        alphas, log_c, shift_sum = carry
+        _, shift, lik = lik_of(lambda f: f(emission_params), c)
+        t, kept, _ = steps(c)
+        liks = (jnp.where(kept[:, None, :] > 0, lik, 1.0),) + ((lik,) if full else ())
+        alphas_end, lc, _ = _forward_chunk(alphas, init, trans, liks, t == 0, False)
+        sums = (jnp.sum(shift * kept, 0),) + (
+            (jnp.sum(jnp.where(t[:, None] >= 0, shift, 0.0), 0),) if full else ())
+        return (alphas_end, tuple(a + d for a, d in zip(log_c, lc)),
+                tuple(a + d for a, d in zip(shift_sum, sums))), alphas[0]
 
     s = 2 if full else 1
-    start = (jnp.ones((s,) + init.shape, dtype) / init.shape[0],
-             jnp.zeros((s, b), dtype), jnp.zeros((s, b), dtype))
-    (_, log_c, shift_sum), alpha_starts = lax.scan(_fwd, start, jnp.arange(n_chunks))
-    log_z = log_c + shift_sum
+    uniform = jnp.ones(init.shape, dtype) / init.shape[0]
+    zeros = tuple(jnp.zeros(b, dtype) for _ in range(s))
+    (_, log_c, shift_sum), alpha_starts = lax.scan(_fwd, ((uniform,) * s, zeros, zeros),
+                                                   jnp.arange(n_chunks))
+    log_z = [a + d for a, d in zip(log_c, shift_sum)]
     m = index.shape[1]
     zeros_em = jax.tree_util.tree_map(jnp.zeros_like, emission_params)
     out = LanePass(log_z[0], log_z[1] if full else jnp.zeros(b, dtype),
@@ -194,35 +216,32 @@ def lane_pass(log_init, log_trans, emission: Callable, emission_params, x, index
         return out
 
     def _bwd(carry, c):
-        """Backward over chunk ``c``: smoothed marginals, pair marginals, point losses."""
-        beta, xi_sum, gamma0, em_grad, buf = carry
-        ll, shift, kept, t, local, pull = chunk_inputs(c)
-        lik = jnp.where(kept[:, None, :] > 0, jnp.exp(ll - shift[:, None, :]), 1.0)
-        first, valid = t == 0, t < n
-        _, _, alphas = _forward_chunk(alpha_starts[c][None], init, trans, lik[:, None],
-                                      first, valid)
-        alphas = alphas[:, 0]
+        """Backward over chunk ``c``: smoothed marginals, pair statistics, point losses."""
+        beta, acc, gamma0, em_grad, buf = carry
+        (_, pull), shift, lik = lik_of(lambda f: jax.vjp(f, emission_params), c)
+        t, kept, local = steps(c)
+        lik_kept = jnp.where(kept[:, None, :] > 0, lik, 1.0)
+        _, _, alphas = _forward_chunk((alpha_starts[c],), init, trans, (lik_kept,), t == 0,
+                                      True)
         alpha_prev = jnp.concatenate([alpha_starts[c][None], alphas[:-1]])
-        beta, xi_c, gammas = _backward_chunk(beta, trans, lik, alpha_prev, alphas, first,
-                                             valid)
-        gamma0 = jnp.where(c == 0, gammas[0], gamma0)
+        beta, acc_c, gammas = _backward_chunk(beta, trans, lik_kept, alpha_prev, alphas,
+                                              (t > 0).astype(dtype))
+        gamma0 = jnp.where(c == 0, gammas[pad], gamma0)
         if grads:
-            cot = jnp.transpose(gammas * kept[:, None, :], (2, 0, 1))
-            em_grad = jax.tree_util.tree_map(jnp.add, em_grad, pull(cot)[0])
+            em_grad = jax.tree_util.tree_map(jnp.add, em_grad,
+                                             pull(gammas * kept[:, None, :])[0])
         if points:
-            pred = jnp.sum(gammas * jnp.exp(ll - shift[:, None, :]), axis=1)
-            loss = -(jnp.log(pred) + shift)                                    # (C, B)
-            vals = jnp.take_along_axis(loss, jnp.minimum(local, chunk - 1).T, axis=0).T
-            vals = jnp.where(local < chunk, vals, 0.0)
+            pred = sum(_at(gammas[:, i] * lik[:, i], local) for i in range(lik.shape[1]))
+            vals = jnp.where(local < chunk, -(jnp.log(jnp.where(local < chunk, pred, 1.0))
+                                              + _at(shift, local)), 0.0)
             buf = jax.vmap(lambda row, v, e: lax.dynamic_update_slice(row, v, (e,)))(
                 buf, vals, ends[c])
-        return (beta, xi_sum + xi_c, gamma0, em_grad, buf), None
+        return (beta, acc + acc_c, gamma0, em_grad, buf), None
 
-    beta = jnp.ones(init.shape, dtype) / init.shape[0]
-    carry = (beta, jnp.zeros(trans.shape, dtype), jnp.zeros(init.shape, dtype), zeros_em,
+    carry = (uniform, jnp.zeros(trans.shape, dtype), jnp.zeros(init.shape, dtype), zeros_em,
              jnp.zeros((b, m + cap), dtype))
-    (_, xi_sum, gamma0, em_grad, buf), _ = lax.scan(_bwd, carry, jnp.arange(n_chunks),
-                                                    reverse=True)
+    (_, acc, gamma0, em_grad, buf), _ = lax.scan(_bwd, carry, jnp.arange(n_chunks),
+                                                 reverse=True)
     return out._replace(points=buf[:, cap:] if points else out.points,
-                        grad_init=gamma0.T, grad_trans=jnp.moveaxis(xi_sum, -1, 0),
+                        grad_init=gamma0.T, grad_trans=jnp.moveaxis(trans * acc, -1, 0),
                         grad_emission=em_grad)

@@ -91,7 +91,7 @@ def run_with_estimate(name, problem, folds, options, keep: int | None = None):
     if correction is not None:
         correction = np.asarray(correction)[:keep]
         est = estimate_errors(problem, params[:keep], fold_loss[:keep], index[:keep],
-                              correction, options.batch_size)[0]
+                              correction, options.batch_size, points=False)[0]
     else:
         est = np.full(keep, np.nan)
     causes = unreliable_causes(diag.pop("unreliable", None), len(folds))
