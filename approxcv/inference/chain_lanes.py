@@ -36,6 +36,9 @@ from jax import lax
 
 __all__ = ["LanePass", "lane_pass", "chunk_counts"]
 
+#: time steps per iteration of the compiled loops over a chunk
+UNROLL = 1
+
 
 class LanePass(NamedTuple):
     """Output of :func:`lane_pass` for ``B`` folds.
@@ -120,7 +123,7 @@ def _forward_chunk(alphas, init, trans, liks, first, keep: bool):
         return (tuple(new), tuple(sums)), (new[0] if keep else None)
     zero = tuple(jnp.zeros(a.shape[1:], a.dtype) for a in alphas)
     (alphas, log_cs), kept = lax.scan(_step, (tuple(alphas), zero), (tuple(liks), first),
-                                      unroll=4)
+                                      unroll=UNROLL)
     return alphas, log_cs, kept
 
 
@@ -145,7 +148,7 @@ def _backward_chunk(beta, trans, lik, alpha_prev, alphas, after_first):
     acc = jnp.zeros(trans.shape, trans.dtype)
     (beta, acc), gammas = lax.scan(_step, (beta, acc),
                                    (lik, alpha_prev, alphas, after_first), reverse=True,
-                                   unroll=4)
+                                   unroll=UNROLL)
     return beta, acc, gammas
 
 
