@@ -23,7 +23,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 
 from .._compile import jit
-from ..inference.chain_lanes import chunk_counts, lane_pass
+from ..inference.chain_lanes import chunk_counts, lane_pass, normaliser_floor, safe_block
 from .batching import in_chunks
 
 __all__ = ["use_lanes", "lane_batch_size", "lanes_heldout_losses", "lanes_fold_losses",
@@ -51,7 +51,8 @@ def use_lanes(problem, index) -> bool:
 
 
 def _chunk(n: int) -> int:
-    return int(min(LANES_CHUNK, n))
+    """Steps per chunk: :data:`LANES_CHUNK`, or the series rounded up to a multiple of 8."""
+    return int(min(LANES_CHUNK, -(-n // 8) * 8))
 
 
 def lane_batch_size(n: int, m: int, k: int, cap: int, n_folds: int,
@@ -77,7 +78,8 @@ def _per_fold(lanes, u):
     return jax.vmap(lanes.potentials)(u)
 
 
-def _run(lanes, u, index, data, n: int, cap: int, full: bool, points: bool, grads: bool):
+def _run(lanes, u, index, data, n: int, cap: int, full: bool, points: bool, grads: bool,
+         block: int = 1):
     """One :func:`lane_pass` of the folds ``index (B, m)`` at ``u (B, D)``. Returns
     ``(fold_loss, points, F(u, w_o), grad F(u, w_o) (B, D))``."""
     chunk = _chunk(n)
@@ -92,7 +94,7 @@ def _run(lanes, u, index, data, n: int, cap: int, full: bool, points: bool, grad
     x = jnp.concatenate([jnp.broadcast_to(x[:1], (pad,) + x.shape[1:]), x])
     (log_init, log_trans, em), pull = jax.vjp(partial(_per_fold, lanes), u)
     out = lane_pass(log_init, log_trans, lanes.emission, em, x, index.astype(jnp.int32),
-                    ends, n, chunk, cap, full=full, points=points, grads=grads)
+                    ends, n, chunk, cap, full=full, points=points, grads=grads, block=block)
     prior, prior_grad = jax.vmap(jax.value_and_grad(lanes.log_prior), (0, None))(u, data)
     value = -out.log_z_kept - prior
     grad = None
@@ -101,41 +103,53 @@ def _run(lanes, u, index, data, n: int, cap: int, full: bool, points: bool, grad
     return out.log_z_kept - out.log_z_full, out.points, value, grad
 
 
-@partial(jit, static_argnums=(0, 4, 5))
-def _heldout(lanes, u, index, data, n: int, cap: int):
+@partial(jit, static_argnums=(0, 4, 5, 6))
+def _heldout(lanes, u, index, data, n: int, cap: int, block: int):
     """``(fold_loss, points)`` of a batch of folds."""
-    return _run(lanes, u, index, data, n, cap, True, True, False)[:2]
+    return _run(lanes, u, index, data, n, cap, True, True, False, block)[:2]
 
 
-@partial(jit, static_argnums=(0, 4, 5))
-def _fold_loss(lanes, u, index, data, n: int, cap: int):
+@partial(jit, static_argnums=(0, 4, 5, 6))
+def _fold_loss(lanes, u, index, data, n: int, cap: int, block: int):
     """``(fold_loss,)`` of a batch of folds (forward passes only)."""
-    return _run(lanes, u, index, data, n, cap, True, False, False)[:1]
+    return _run(lanes, u, index, data, n, cap, True, False, False, block)[:1]
 
 
-@partial(jit, static_argnums=(0, 5, 6))
-def _chord(lanes, chol, u, index, data, n: int, cap: int):
+@partial(jit, static_argnums=0)
+def _floor(lanes, u):
+    """:func:`~approxcv.inference.chain_lanes.normaliser_floor` of all rows of ``u``."""
+    log_init, log_trans, _ = jax.vmap(lanes.potentials)(u)
+    return normaliser_floor(log_init, log_trans)
+
+
+@partial(jit, static_argnums=(0, 5, 6, 7))
+def _chord(lanes, chol, u, index, data, n: int, cap: int, block: int):
     """``(correction, rho, fold_loss, points)`` of a batch of IJ folds: the held-out pass at
     ``u_m`` gives ``r_1 = grad F(u_m, w_o)``, a kept-model pass at ``u_m - d_1`` gives
     ``r_2`` (:func:`approxcv.engine.error_estimate.chord_step`, for many folds)."""
     from .error_estimate import _rate, extrapolate
-    fold_loss, points, value, r1 = _run(lanes, u, index, data, n, cap, True, True, True)
+    fold_loss, points, value, r1 = _run(lanes, u, index, data, n, cap, True, True, True, block)
     d1 = jsl.cho_solve((chol, True), r1.T).T
-    r2 = _run(lanes, u - d1, index, data, n, cap, False, False, True)[3]
+    r2 = _run(lanes, u - d1, index, data, n, cap, False, False, True, block)[3]
     d2 = jsl.cho_solve((chol, True), r2.T).T
     rho = _rate(jnp.sum(d2 * r2, axis=1), jnp.sum(d1 * r1, axis=1), value)
     return jax.vmap(extrapolate)(d1, d2, rho), rho, fold_loss, points
 
 
 def _batches(problem, params, index, batch_size, memory, progress, desc, call):
-    """``call(u, index, cap)`` over batches of folds (the last padded), NumPy outputs."""
+    """``call(u, index, cap, block)`` over batches of folds (the last padded), NumPy
+    outputs; ``block``: normalisers per ``log`` where the parameters make that safe
+    (:func:`~approxcv.inference.chain_lanes.safe_block`)."""
     index = np.asarray(index)
     n, m = problem.n_units, index.shape[1]
     cap = _layout(index, n)
     k = int(jax.eval_shape(lambda u: problem.lanes.potentials(u)[0],
                            problem.u_full).shape[0])
     size = int(batch_size or lane_batch_size(n, m, k, cap, len(index), memory))
-    return in_chunks(lambda u, i: call(u, i, cap), (np.asarray(params), index), size, desc,
+    params = np.asarray(params)
+    block = safe_block(float(_floor(problem.lanes, jnp.asarray(params))))
+    block = block if _chunk(n) % block == 0 else 1
+    return in_chunks(lambda u, i: call(u, i, cap, block), (params, index), size, desc,
                      progress)
 
 
@@ -145,16 +159,16 @@ def lanes_heldout_losses(problem, params_flat, index, batch_size: int | None = N
     lanes (as :func:`approxcv.engine.batching.heldout_losses`; ``memory``: bytes per batch,
     default :data:`LANES_MEMORY`)."""
     return _batches(problem, params_flat, index, batch_size, memory, progress,
-                    "held-out losses", lambda u, i, cap: _heldout(
-                        problem.lanes, u, i, problem.data, problem.n_units, cap))
+                    "held-out losses", lambda u, i, cap, block: _heldout(
+                        problem.lanes, u, i, problem.data, problem.n_units, cap, block))
 
 
 def lanes_fold_losses(problem, params_flat, index, batch_size: int | None = None,
                       progress: bool = False, memory: int | None = None):
     """Held-out fold losses ``(n_folds,)`` only (no point losses: the forward passes)."""
     return _batches(problem, params_flat, index, batch_size, memory, progress,
-                    "held-out losses", lambda u, i, cap: _fold_loss(
-                        problem.lanes, u, i, problem.data, problem.n_units, cap))[0]
+                    "held-out losses", lambda u, i, cap, block: _fold_loss(
+                        problem.lanes, u, i, problem.data, problem.n_units, cap, block))[0]
 
 
 def lanes_chord_steps(problem, params, index, chol, batch_size: int | None = None,
@@ -166,6 +180,6 @@ def lanes_chord_steps(problem, params, index, chol, batch_size: int | None = Non
     chol = jnp.asarray(chol)
     corr, rho, loss, points = _batches(
         problem, params, index, batch_size, memory, progress, "held-out losses, chord steps",
-        lambda u, i, cap: _chord(problem.lanes, chol, u, i, problem.data, problem.n_units,
-                                 cap))
+        lambda u, i, cap, block: _chord(problem.lanes, chol, u, i, problem.data,
+                                        problem.n_units, cap, block))
     return corr, rho, (loss, points)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["LanePass", "lane_pass", "chunk_counts"]
+__all__ = ["LanePass", "lane_pass", "chunk_counts", "safe_block", "normaliser_floor"]
 
 #: time steps per iteration of the compiled loops over a chunk
 UNROLL = 1
@@ -104,27 +104,52 @@ def _predict(alpha, trans):
     return jnp.stack([sum(alpha[j] * trans[j, i] for j in range(k)) for i in range(k)])
 
 
-def _forward_chunk(alphas, init, trans, liks, first, keep: bool):
+def _forward_chunk(alphas, init, trans, liks, first, keep: bool, block: int = 1):
     """Scaled forward recursions of the chains ``liks`` (a tuple of ``(C, K, B)``) over one
     chunk from ``alphas`` (a tuple of ``(K, B)``); ``first (C,)`` marks the chain's first
-    step (``pi`` replaces the prediction and the sum of ``log c_t`` restarts). Returns
-    ``(alphas_end, sums of log c_t (B,) each, alphas (C, K, B) of the first chain if
-    keep)``."""
+    step (``pi`` replaces the prediction and the sum of ``log c_t`` restarts). The
+    normalisers of ``block`` steps (dividing ``C``) are multiplied before one ``log``: safe
+    when ``c_t >= floor`` with ``floor ** block`` far above the smallest double
+    (:func:`safe_block`). Returns ``(alphas_end, sums of log c_t (B,) each, alphas
+    (C, K, B) of the first chain if keep)``."""
     def _step(carry, inputs):
-        """Predict through the transition, condition on the emission, renormalise."""
+        """``block`` steps: predict through the transition, condition, renormalise."""
         prev, log_cs = carry
         ls, is_first = inputs
-        new, sums = [], []
-        for a, log_c, lik in zip(prev, log_cs, ls):
-            a = jnp.where(is_first, init, _predict(a, trans)) * lik
-            c = _sum_states(a)
-            new.append(a * (1.0 / c))
-            sums.append(jnp.where(is_first, 0.0, log_c) + jnp.log(c))
-        return (tuple(new), tuple(sums)), (new[0] if keep else None)
+        new, sums, kept = [], [], []
+        for i, (a, log_c) in enumerate(zip(prev, log_cs)):
+            prod = None
+            for u in range(block):
+                a = jnp.where(is_first[u], init, _predict(a, trans)) * ls[i][u]
+                c = _sum_states(a)
+                a = a * (1.0 / c)
+                prod = c if prod is None else jnp.where(is_first[u], c, prod * c)
+                if keep and i == 0:
+                    kept.append(a)
+            new.append(a)
+            sums.append(jnp.where(jnp.any(is_first), 0.0, log_c) + jnp.log(prod))
+        return (tuple(new), tuple(sums)), (jnp.stack(kept) if keep else None)
+    chunk = first.shape[0]
+    blocked = tuple(l.reshape((chunk // block, block) + l.shape[1:]) for l in liks)
     zero = tuple(jnp.zeros(a.shape[1:], a.dtype) for a in alphas)
-    (alphas, log_cs), kept = lax.scan(_step, (tuple(alphas), zero), (tuple(liks), first),
-                                      unroll=UNROLL)
-    return alphas, log_cs, kept
+    (alphas, log_cs), kept = lax.scan(_step, (tuple(alphas), zero),
+                                      (blocked, first.reshape(-1, block)), unroll=UNROLL)
+    return alphas, log_cs, (kept.reshape((chunk,) + kept.shape[2:]) if keep else None)
+
+
+def safe_block(floor, block: int = 4) -> int:
+    """Steps whose normalisers may be multiplied before a ``log``: ``block`` when every
+    normaliser is at least ``floor`` (:func:`normaliser_floor`) and ``floor ** block``
+    stays above 1e-250 with a margin for parameters that move a little (``floor >=
+    1e-30``), else 1 (a ``log`` per step)."""
+    return block if floor >= 1e-30 and floor ** block > 1e-250 else 1
+
+
+def normaliser_floor(log_init, log_trans):
+    """A lower bound of every normaliser ``c_t`` of the scaled forward recursion:
+    ``min(min_k pi_k, min_jk A_jk)`` (``c_t = sum_k (alpha_{t-1} A)_k lik_t(k)`` with
+    ``max_k lik_t(k) = 1`` and ``alpha_{t-1} A`` a mixture of the rows of ``A``)."""
+    return jnp.exp(jnp.minimum(jnp.min(log_init), jnp.min(log_trans)))
 
 
 def _backward_chunk(beta, trans, lik, alpha_prev, alphas, after_first):
@@ -154,7 +179,7 @@ def _backward_chunk(beta, trans, lik, alpha_prev, alphas, after_first):
 
 def lane_pass(log_init, log_trans, emission: Callable, emission_params, x, index, ends,
               n: int, chunk: int, cap: int, *, full: bool = True, points: bool = True,
-              grads: bool = True) -> LanePass:
+              grads: bool = True, block: int = 1) -> LanePass:
     """Fold losses, point losses and gradients of ``B`` folds in one pass (module docstring).
 
     Args:
@@ -169,6 +194,8 @@ def lane_pass(log_init, log_trans, emission: Callable, emission_params, x, index
             (cumulative :func:`chunk_counts` of the front-padded series).
         n: series length; chunk: steps per chunk; cap: at least a fold's units in one chunk.
         full: compute ``log Z(all)``; points: the point losses; grads: the gradients.
+        block: normalisers multiplied before one ``log`` (:func:`safe_block`; 1: a
+            ``log`` per step).
     """
     dtype = log_trans.dtype
     n_chunks = x.shape[0] // chunk
@@ -198,7 +225,7 @@ def lane_pass(log_init, log_trans, emission: Callable, emission_params, x, index
         _, shift, lik = lik_of(lambda f: f(emission_params), c)
         t, kept, _ = steps(c)
         liks = (jnp.where(kept[:, None, :] > 0, lik, 1.0),) + ((lik,) if full else ())
-        alphas_end, lc, _ = _forward_chunk(alphas, init, trans, liks, t == 0, False)
+        alphas_end, lc, _ = _forward_chunk(alphas, init, trans, liks, t == 0, False, block)
         sums = (jnp.sum(shift * kept, 0),) + (
             (jnp.sum(jnp.where(t[:, None] >= 0, shift, 0.0), 0),) if full else ())
         return (alphas_end, tuple(a + d for a, d in zip(log_c, lc)),
@@ -225,7 +252,7 @@ def lane_pass(log_init, log_trans, emission: Callable, emission_params, x, index
         t, kept, local = steps(c)
         lik_kept = jnp.where(kept[:, None, :] > 0, lik, 1.0)
         _, _, alphas = _forward_chunk((alpha_starts[c],), init, trans, (lik_kept,), t == 0,
-                                      True)
+                                      True, block)
         alpha_prev = jnp.concatenate([alpha_starts[c][None], alphas[:-1]])
         beta, acc_c, gammas = _backward_chunk(beta, trans, lik_kept, alpha_prev, alphas,
                                               (t > 0).astype(dtype))

@@ -22,7 +22,7 @@ def series():
     return model, x, model.fit(x)
 
 
-def _lane_pass(model, stack, x, index, chunk):
+def _lane_pass(model, stack, x, index, chunk, block=1):
     """:func:`chain_lanes.lane_pass` of the folds ``index`` at the parameters ``stack``."""
     n = len(x)
     n_chunks = -(-n // chunk)
@@ -32,7 +32,7 @@ def _lane_pass(model, stack, x, index, chunk):
     xs = jnp.concatenate([jnp.full(pad, float(x[0])), jnp.asarray(x, float)])
     run = jax.jit(lambda s, x_, i, e: chain_lanes.lane_pass(
         jnp.log(s[0]), jnp.log(s[1]), model._emission_log_lik, s, x_, i, e, n, chunk,
-        int(counts.max())))
+        int(counts.max()), block=block))
     return run(stack, xs, jnp.asarray(index, jnp.int32),
                jnp.asarray(np.cumsum(counts, axis=1).T, jnp.int32))
 
@@ -46,8 +46,8 @@ def _log_space_log_z(log_init, log_trans, log_lik):
     return logsumexp(a)
 
 
-@pytest.mark.parametrize("rates", [None, (1.0, 1000.0)])
-def test_lane_pass_equals_the_fold_by_fold_passes(series, rates):
+@pytest.mark.parametrize("rates, block", [(None, 1), (None, 4), ((1.0, 1000.0), 4)])
+def test_lane_pass_equals_the_fold_by_fold_passes(series, rates, block):
     model, x, params = series
     if rates is not None:      # emissions thousands of nats apart: log space as reference
         params = params._replace(rates=jnp.asarray(rates))
@@ -56,7 +56,10 @@ def test_lane_pass_equals_the_fold_by_fold_passes(series, rates):
     per_fold = [params._replace(rates=params.rates * np.exp(0.01 * rng.normal(size=2)))
                 for _ in range(len(folds))]
     stack = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *per_fold)
-    out = _lane_pass(model, stack, x, folds.padded(), chunk=64)   # 600 = 9 chunks + 40
+    # 600 steps = 9 chunks + 40; normalisers multiplied ``block`` steps at a time
+    assert chain_lanes.safe_block(float(chain_lanes.normaliser_floor(
+        jnp.log(stack[0]), jnp.log(stack[1])))) == 4
+    out = _lane_pass(model, stack, x, folds.padded(), chunk=64, block=block)
     xs = jnp.asarray(x, float)
     for b, p in enumerate(per_fold):
         w = acv.folds.Folds([folds[b]], len(x)).weights()[0]
@@ -77,6 +80,14 @@ def test_lane_pass_equals_the_fold_by_fold_passes(series, rates):
             a, t, pots[2], jnp.asarray(w)), argnums=(0, 1))(pots[0], pots[1])
         np.testing.assert_allclose(out.grad_init[b], by_pots[0], atol=1e-12)
         np.testing.assert_allclose(out.grad_trans[b], by_pots[1], rtol=1e-11, atol=1e-9)
+
+
+def test_a_log_per_step_where_normalisers_may_underflow():
+    assert chain_lanes.safe_block(1e-3) == 4
+    assert chain_lanes.safe_block(1e-40) == 1            # floor ** 4 near the smallest double
+    floor = chain_lanes.normaliser_floor(jnp.log(jnp.array([[0.5, 0.5]])),
+                                         jnp.log(jnp.array([[[0.9, 0.1], [1e-50, 1.0]]])))
+    np.testing.assert_allclose(floor, 1e-50)
 
 
 def _ij(model, x, params, folds):
