@@ -41,7 +41,7 @@ class Folds(Sequence):
         (exact refits and checkpoints are matched by id, so two folds never share one).
     """
 
-    def __init__(self, indices, n: int, ids=None):
+    def __init__(self, indices, n: int, ids=None, *, _owned: bool = False):
         n = check_positive_int("n", n)
         if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence | np.ndarray):
             raise ArgumentTypeError(
@@ -49,7 +49,7 @@ class Folds(Sequence):
         if len(indices) == 0:
             raise EmptyFoldError("`folds` is empty: at least one fold is needed")
         self.n = n
-        self._flat, self._sizes = _check_folds(indices, n)
+        self._flat, self._sizes = _check_folds(indices, n, _owned)
         self._indices = np.split(self._flat, np.cumsum(self._sizes)[:-1])
         self._padded = None
         self.ids = np.arange(len(self._indices)) if ids is None else _check_ids(
@@ -136,11 +136,17 @@ def _as_index_array(idx, i: int) -> np.ndarray:
                              "indices") from None
 
 
-def _check_folds(indices, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _check_folds(indices, n: int, owned: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Validate every fold at once: ``(sorted indices of all folds concatenated, sizes)``.
 
-    Errors name the first offending fold.
+    A 2-D integer array is read as one fold per row without a list of rows (``owned``: an
+    int64 array this module built, sorted in place, no copy). Errors name the first
+    offending fold.
     """
+    if isinstance(indices, np.ndarray) and indices.ndim == 2 and indices.dtype.kind in "iu" \
+            and indices.shape[1] > 0:
+        flat = np.array(indices, dtype=np.int64, copy=not owned).reshape(-1)
+        return _check_flat(flat, np.full(indices.shape[0], indices.shape[1], np.int64), n)
     arrays = [_as_index_array(idx, i) for i, idx in enumerate(indices)]
     sizes = np.array([a.size for a in arrays], dtype=np.int64)
     if np.any(sizes == 0):
@@ -153,6 +159,12 @@ def _check_folds(indices, n: int) -> tuple[np.ndarray, np.ndarray]:
             raise FoldIndexError(f"fold {i} of `folds` must contain integers, got dtype {a.dtype}")
     flat = np.concatenate(arrays)
     del arrays
+    return _check_flat(flat, sizes, n)
+
+
+def _check_flat(flat, sizes, n: int):
+    """:func:`_check_folds` on the indices of all folds concatenated (``flat``, a new
+    array: sorted within each fold in place) and the fold ``sizes``."""
     starts = np.cumsum(sizes) - sizes
 
     def fold_of(k):
@@ -213,7 +225,10 @@ def iid(n: int, frac: float, n_folds: int, seed: int = 0) -> Folds:
     n_folds = check_positive_int("n_folds", n_folds)
     size = _fold_size(n, frac)
     rng = np.random.default_rng(seed)
-    return Folds([rng.choice(n, size, replace=False) for _ in range(n_folds)], n)
+    rows = np.empty((n_folds, size), dtype=np.int64)    # one array: no list of folds
+    for i in range(n_folds):
+        rows[i] = rng.choice(n, size, replace=False)
+    return Folds(rows, n, _owned=True)
 
 
 def contiguous(n: int, frac: float, n_folds: int, seed: int = 0) -> Folds:
