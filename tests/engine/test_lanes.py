@@ -1,7 +1,8 @@
 """Folds in lanes (approxcv.engine.lanes, approxcv.inference.chain_lanes) equal the
 fold-by-fold passes: the kernel against chain.heldout_losses and autodiff, in probability
 space and against a log-space recursion where emissions differ by thousands of nats, and
-LWCV by cross_validate with and without a small memory budget (lanes forced on a small
+LWCV by cross_validate with and without a small memory budget and against the fold-by-fold
+passes, PoissonHMM and GaussianHMM (lanes forced on a small
 series by lowering LANES_MIN_WORK and LANES_CHUNK)."""
 import jax
 import jax.numpy as jnp
@@ -129,5 +130,22 @@ def test_lwcv_in_lanes_equals_the_fold_by_fold_passes(series, in_lanes):
     np.testing.assert_allclose(got[0], per_fold[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], per_fold[1], rtol=1e-12)
     np.testing.assert_allclose(got[2]["chord_rate"], per_fold[2]["chord_rate"], rtol=1e-8)
+    np.testing.assert_allclose(got[2]["error_estimate"], per_fold[2]["error_estimate"],
+                               rtol=1e-6, atol=1e-14)
+
+
+def test_gaussian_hmm_lwcv_in_lanes_equals_the_fold_by_fold_passes(in_lanes):
+    rng = np.random.default_rng(0)
+    z = np.cumsum(rng.random(300) < 0.05) % 2
+    x = rng.normal(np.where(z[:, None] > 0, 2.0, -1.0), 1.0, (300, 2))
+    model = acv.models.GaussianHMM(2)
+    params = model.fit(x)
+    folds = acv.folds.iid(len(x), 0.1, 4, seed=0)
+    in_lanes.setattr(lanes, "LANES_MIN_WORK", 10 ** 18)
+    per_fold = _ij(model, x, params, folds)
+    in_lanes.setattr(lanes, "LANES_MIN_WORK", 0)
+    got = _ij(model, x, params, folds)
+    np.testing.assert_allclose(got[0], per_fold[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], per_fold[1], rtol=1e-12)
     np.testing.assert_allclose(got[2]["error_estimate"], per_fold[2]["error_estimate"],
                                rtol=1e-6, atol=1e-14)
