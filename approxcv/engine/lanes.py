@@ -67,10 +67,13 @@ def lane_batch_size(n: int, m: int, k: int, cap: int, n_folds: int,
 
 
 def _layout(index, n: int, rows: int = 64):
-    """``cap``: the most units of one fold in one chunk (NumPy, ``rows`` folds at a time)."""
+    """``cap``: the most units of one fold in one chunk (NumPy, ``rows`` folds at a time),
+    rounded up to a multiple of 16 so that other folds of the series (``"auto"``'s
+    subsets) mostly reuse the compiled programs."""
     chunk = _chunk(n)
-    return max(1, max(int(chunk_counts(index[i:i + rows], n, chunk).max())
-                      for i in range(0, index.shape[0], rows)))
+    most = max(int(chunk_counts(index[i:i + rows], n, chunk).max())
+               for i in range(0, index.shape[0], rows))
+    return -(-max(most, 1) // 16) * 16
 
 
 def _per_fold(lanes, u):
