@@ -120,13 +120,13 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     else:
         fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
                                            opts.progress, diagnostics)
-    stages["heldout"] = time.perf_counter() - t_heldout
+    stages["heldout"] = stages.get("heldout", 0.0) + time.perf_counter() - t_heldout
     diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
     if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
         t_est = time.perf_counter()
         est = estimate_errors(problem, params_flat, fold_loss, index,
                               diagnostics.pop("chord_correction"), opts.batch_size,
-                              opts.progress)[0]
+                              opts.progress, points=False)[0]
         diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
         causes = unreliable_causes(diagnostics.get("unreliable"), len(folds))
         causes["error_estimate_above_tol"] = ~(est <= opts.tol)
@@ -141,8 +141,11 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     diagnostics["num_params"] = int(problem.u_full.shape[0])
     record_unreliable(diagnostics, fold_loss, folds, method, opts.warn)
     sizes = folds.sizes
-    point_loss = np.split(points[np.arange(points.shape[1]) < sizes[:, None]],
-                          np.cumsum(sizes)[:-1])
+    if np.all(sizes == points.shape[1]):     # folds of one size: rows, no copy
+        point_loss = list(np.asarray(points))
+    else:
+        point_loss = np.split(points[np.arange(points.shape[1]) < sizes[:, None]],
+                              np.cumsum(sizes)[:-1])
     params_flat = np.asarray(params_flat)
     stacked = problem.unravel(params_flat)
     return CVResult(method=method, scheme=scheme if level == "within" else None, level=level,

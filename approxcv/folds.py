@@ -41,7 +41,7 @@ class Folds(Sequence):
         (exact refits and checkpoints are matched by id, so two folds never share one).
     """
 
-    def __init__(self, indices, n: int, ids=None):
+    def __init__(self, indices, n: int, ids=None, *, _owned: bool = False):
         n = check_positive_int("n", n)
         if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence | np.ndarray):
             raise ArgumentTypeError(
@@ -49,11 +49,9 @@ class Folds(Sequence):
         if len(indices) == 0:
             raise EmptyFoldError("`folds` is empty: at least one fold is needed")
         self.n = n
-        self._flat, self._sizes = _check_folds(indices, n)
-        self._rows = np.repeat(np.arange(len(self._sizes)), self._sizes)
-        starts = np.cumsum(self._sizes) - self._sizes
-        self._cols = np.arange(self._flat.size) - np.repeat(starts, self._sizes)
+        self._flat, self._sizes = _check_folds(indices, n, _owned)
         self._indices = np.split(self._flat, np.cumsum(self._sizes)[:-1])
+        self._padded = None
         self.ids = np.arange(len(self._indices)) if ids is None else _check_ids(
             ids, len(self._indices))
 
@@ -75,17 +73,25 @@ class Folds(Sequence):
         return self._sizes
 
     def padded(self) -> np.ndarray:
-        """``(n_folds, m)`` left-out indices, each row padded with ``n`` (out of range) to the
-        largest fold size ``m``: the form the engine batches over."""
-        out = np.full((len(self), int(self._sizes.max())), self.n, dtype=np.int64)
-        out[self._rows, self._cols] = self._flat
-        return out
+        """``(n_folds, m)`` left-out indices (sorted), each row padded with ``n`` (out of
+        range) to the largest fold size ``m``: the form the engine batches over. Read-only,
+        built once (for folds of one size, a view of the indices: no copy)."""
+        if self._padded is None:
+            m = int(self._sizes.max())
+            if np.all(self._sizes == m):
+                out = self._flat.reshape(len(self), m).view()
+            else:
+                out = np.full((len(self), m), self.n, dtype=np.int64)
+                out[np.arange(m)[None, :] < self._sizes[:, None]] = self._flat
+            out.flags.writeable = False
+            self._padded = out
+        return self._padded
 
     def weights(self) -> np.ndarray:
         """Return the ``(n_folds, n)`` float array with 0 on left-out units and 1 elsewhere
         (memory ``n_folds * n``; the engine builds weights per batch instead)."""
         w = np.ones((len(self), self.n))
-        w[self._rows, self._flat] = 0.0
+        w[np.repeat(np.arange(len(self)), self._sizes), self._flat] = 0.0
         return w
 
     def subset(self, which) -> "Folds":
@@ -130,11 +136,17 @@ def _as_index_array(idx, i: int) -> np.ndarray:
                              "indices") from None
 
 
-def _check_folds(indices, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _check_folds(indices, n: int, owned: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Validate every fold at once: ``(sorted indices of all folds concatenated, sizes)``.
 
-    Errors name the first offending fold.
+    A 2-D integer array is read as one fold per row without a list of rows (``owned``: an
+    int64 array this module built, sorted in place, no copy). Errors name the first
+    offending fold.
     """
+    if isinstance(indices, np.ndarray) and indices.ndim == 2 and indices.dtype.kind in "iu" \
+            and indices.shape[1] > 0:
+        flat = np.array(indices, dtype=np.int64, copy=not owned).reshape(-1)
+        return _check_flat(flat, np.full(indices.shape[0], indices.shape[1], np.int64), n)
     arrays = [_as_index_array(idx, i) for i, idx in enumerate(indices)]
     sizes = np.array([a.size for a in arrays], dtype=np.int64)
     if np.any(sizes == 0):
@@ -146,24 +158,37 @@ def _check_folds(indices, n: int) -> tuple[np.ndarray, np.ndarray]:
         if a.dtype.kind not in "iuf":
             raise FoldIndexError(f"fold {i} of `folds` must contain integers, got dtype {a.dtype}")
     flat = np.concatenate(arrays)
-    rows = np.repeat(np.arange(len(arrays)), sizes)
+    del arrays
+    return _check_flat(flat, sizes, n)
+
+
+def _check_flat(flat, sizes, n: int):
+    """:func:`_check_folds` on the indices of all folds concatenated (``flat``, a new
+    array: sorted within each fold in place) and the fold ``sizes``."""
+    starts = np.cumsum(sizes) - sizes
+
+    def fold_of(k):
+        """The fold holding position ``k`` of ``flat``."""
+        return int(np.searchsorted(starts, k, side="right") - 1)
     if flat.dtype.kind == "f":
         bad = ~np.isfinite(flat) | (flat != np.round(np.nan_to_num(flat)))
         if bad.any():
-            raise FoldIndexError(f"fold {int(rows[bad][0])} of `folds` contains non-integer "
-                                 "indices")
-    flat = flat.astype(np.int64)
+            raise FoldIndexError(f"fold {fold_of(np.flatnonzero(bad)[0])} of `folds` contains "
+                                 "non-integer indices")
+    flat = flat.astype(np.int64, copy=False)
     out = (flat < 0) | (flat >= n)
     if out.any():
         k = int(np.flatnonzero(out)[0])
-        raise FoldIndexError(f"fold {int(rows[k])} of `folds` has index {int(flat[k])} "
+        raise FoldIndexError(f"fold {fold_of(k)} of `folds` has index {int(flat[k])} "
                              f"outside [0, {n})")
-    order = np.lexsort((flat, rows))
-    flat, rows = flat[order], rows[order]
-    dup = (flat[1:] == flat[:-1]) & (rows[1:] == rows[:-1])
+    del out
+    for part in np.split(flat, starts[1:]):     # sorted within each fold, in place
+        part.sort()
+    dup = flat[1:] == flat[:-1]
+    dup[starts[1:] - 1] = False                 # the first unit of a fold follows another
     if dup.any():
-        raise DuplicateIndexError(f"fold {int(rows[1:][dup][0])} of `folds` lists an index "
-                                  "more than once")
+        raise DuplicateIndexError(f"fold {fold_of(np.flatnonzero(dup)[0] + 1)} of `folds` "
+                                  "lists an index more than once")
     if np.any(sizes == n):
         raise FoldRemovesAllError(
             f"fold {int(np.argmax(sizes == n))} of `folds` leaves out all {n} units; nothing "
@@ -200,7 +225,10 @@ def iid(n: int, frac: float, n_folds: int, seed: int = 0) -> Folds:
     n_folds = check_positive_int("n_folds", n_folds)
     size = _fold_size(n, frac)
     rng = np.random.default_rng(seed)
-    return Folds([rng.choice(n, size, replace=False) for _ in range(n_folds)], n)
+    rows = np.empty((n_folds, size), dtype=np.int64)    # one array: no list of folds
+    for i in range(n_folds):
+        rows[i] = rng.choice(n, size, replace=False)
+    return Folds(rows, n, _owned=True)
 
 
 def contiguous(n: int, frac: float, n_folds: int, seed: int = 0) -> Folds:

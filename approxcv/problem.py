@@ -23,7 +23,7 @@ import numpy as np
 from .errors import InvalidDataError
 from ._compile import jit
 
-__all__ = ["Problem", "GLMStructure", "Windows", "make_problem", "flat_params"]
+__all__ = ["Problem", "GLMStructure", "Windows", "Lanes", "make_problem", "flat_params"]
 
 
 class Problem(NamedTuple):
@@ -40,7 +40,9 @@ class Problem(NamedTuple):
     no arguments returning the problem exact refits use when this one is a smooth local
     surrogate or carries no starts (``"auto"`` and ``audit=``); windows: ``None``, or a
     function of no arguments returning the :class:`Windows` of a model whose held-out
-    losses of short folds can be computed in windows of one long series (scheme A).
+    losses of short folds can be computed in windows of one long series (scheme A); lanes:
+    ``None``, or the :class:`Lanes` of a chain model whose scheme-A folds of one long
+    series can be evaluated many at once with folds in lanes (:mod:`approxcv.engine.lanes`).
 
     ERM extras (model-declared capabilities turned into plain fields; ``None`` otherwise):
     glm: :class:`GLMStructure` (``F = sum_i w_i loss(a_i^T u, y_i) + R(u)``: rank-one
@@ -66,6 +68,22 @@ class Problem(NamedTuple):
     batch_rows: str = "vmap"
     for_refits: Callable | None = None
     windows: Callable | None = None
+    lanes: Any = None
+
+
+class Lanes(NamedTuple):
+    """A chain model's pieces for the passes with folds in lanes
+    (:func:`approxcv.inference.chain_lanes.lane_pass`), all of one fold, all pure.
+
+    potentials(u) -> ``(log_init (K,), log_trans (K, K), emission parameters)``;
+    emission(emission parameters, x_chunk) -> ``(C, K)`` emission log-likelihoods;
+    log_prior(u, data) -> scalar ``log p(theta)``; series(data) -> the ``(T, ...)``
+    sequence. Scheme A: ``F(u, w_o) = -log Z(kept; u) - log_prior(u)``.
+    """
+    potentials: Callable
+    emission: Callable
+    log_prior: Callable
+    series: Callable
 
 
 class Windows(NamedTuple):
@@ -126,7 +144,11 @@ def _functions(model, scheme, level, treedef, shapes):
     def window_heldout(u, start, w, context, data):
         return model.window_heldout_loss(unravel(u), data, start, w, context)
 
-    return fun, heldout, unravel, window_heldout
+    lanes = None
+    if hasattr(model, "lane_potentials"):
+        lanes = Lanes(lambda u: model.lane_potentials(unravel(u)), model.lane_emission,
+                      lambda u, data: model.log_prior(unravel(u), data), model.lane_series)
+    return fun, heldout, unravel, window_heldout, lanes
 
 
 def flat_params(model, params):
@@ -178,18 +200,21 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     if not np.all(np.isfinite(np.asarray(u_full))):
         raise InvalidDataError("`params` lie on the boundary of their domain (a probability "
                                "or rate of 0); the unconstrained parameters are infinite")
-    fun, heldout, unravel, window_heldout = _functions(model, scheme, level, treedef, shapes)
+    fun, heldout, unravel, window_heldout, lanes = _functions(model, scheme, level, treedef,
+                                                              shapes)
     scale = model.objective_scale(prepared)
     glm = model.glm_structure(prepared)
     windows = None
     if scheme == "A" and getattr(model, "supports_windows", None) is not None \
             and model.supports_windows(prepared, level):
         windows = _LazyWindows(model, window_heldout, unravel, prepared, u_full)
+    else:
+        lanes = None
     return Problem(fun, heldout, prepared, u_full, unravel, int(n_units),
                    float(n_units if scale is None else scale), starts,
                    (model, scheme, level), getattr(model, "refit_solver", None),
                    None if glm is None else GLMStructure(*glm), refit, checker,
-                   getattr(model, "batch_rows", "vmap"), None, windows)
+                   getattr(model, "batch_rows", "vmap"), None, windows, lanes)
 
 
 @functools.partial(jit, static_argnums=(0, 1))

@@ -118,15 +118,18 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True):
     n = arrays[0].shape[0]
     if chunk >= n:
         return tuple(np.asarray(o) for o in fn(*(jnp.asarray(a) for a in arrays)))
-    parts = []
+    outs = None
     with tqdm(total=n, desc=desc, unit="fold", disable=not progress, leave=False) as bar:
         for start in range(0, n, chunk):
             take = min(chunk, n - start)
             rows = np.where(np.arange(chunk) < take, start + np.arange(chunk), start)
-            out = fn(*(jnp.asarray(a[rows]) for a in arrays))
-            parts.append(tuple(np.asarray(o)[:take] for o in out))
+            out = [np.asarray(o) for o in fn(*(jnp.asarray(a[rows]) for a in arrays))]
+            if outs is None:        # written in place: no list of parts to concatenate
+                outs = tuple(np.empty((n,) + o.shape[1:], o.dtype) for o in out)
+            for dest, o in zip(outs, out):
+                dest[start:start + take] = o[:take]
             bar.update(take)
-    return tuple(np.concatenate(p) for p in zip(*parts))
+    return outs
 
 
 def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
@@ -135,7 +138,8 @@ def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
 
     Short folds on one long series (leave-one-out, say) are evaluated in windows of the
     series when the model offers them (:mod:`approxcv.engine.windows`: accepted only where
-    doubling the window no longer changes the loss, else the full pass).
+    doubling the window no longer changes the loss, else the full pass); many long folds of
+    one series, with folds in lanes when the model offers them (:mod:`approxcv.engine.lanes`).
 
     Args:
         problem: the :class:`~approxcv.problem.Problem`.
@@ -155,7 +159,10 @@ def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
         return in_chunks(lambda p, i: _heldout(problem.heldout, p, i, problem.data,
                                                problem.n_units, size),
                          (params, idx), chunk, "held-out losses", progress)
+    from .lanes import lanes_heldout_losses, use_lanes
     from .windows import use_windows, windowed_heldout_losses
     if use_windows(problem, index):
         return windowed_heldout_losses(problem, params_flat, index, progress, info, full)
+    if use_lanes(problem, index):
+        return lanes_heldout_losses(problem, params_flat, index, batch_size, progress)
     return full(params_flat, index)

@@ -125,7 +125,9 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
     IJ holds, else (matrix-free) :func:`ij_chord_steps_cg` (a row CG could not solve is NaN:
     its estimate unknown, not the fold). Short folds on a long series take
     :func:`approxcv.engine.windows.taylor_chord_steps` (recorded in ``info``) when its
-    check passes. Applied to the IJ's points this is the IJ's own
+    check passes; many long folds of one series go in lanes
+    (:func:`approxcv.engine.lanes.lanes_chord_steps`, whose pass also gives the held-out
+    losses at ``params``: ``info["heldout"]``). Applied to the IJ's points this is the IJ's own
     estimate; applied to a refined point ``u*`` it is the next round of the same iteration
     (``method="auto"``'s chord stage)."""
     if chol is not None:
@@ -136,7 +138,14 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
                                                          problem.data, problem.n_units,
                                                          batch),
                              (p_rows, idx_rows), chunk, "error estimates", options.progress)
+        from .lanes import lanes_chord_steps, use_lanes
         from .windows import taylor_chord_steps, use_taylor_chord_steps
+        if use_lanes(problem, index):
+            step, rate, heldout = lanes_chord_steps(problem, params, index, chol,
+                                                    options.batch_size, options.progress)
+            if info is not None:
+                info["heldout"] = heldout
+            return step, rate
         if use_taylor_chord_steps(problem, index):
             out = taylor_chord_steps(problem, params, index, chol, full, options.progress,
                                      info=info)
@@ -162,7 +171,8 @@ def refined_params(params, correction):
 
 
 def estimate_errors(problem, params, fold_loss, index, correction,
-                    batch_size: int | None = None, progress: bool = False):
+                    batch_size: int | None = None, progress: bool = False,
+                    points: bool = True):
     """Estimated relative error ``|L_o(u*) - L_o(u_m)| / |L_o(u*)|`` of every fold loss.
 
     Args:
@@ -173,6 +183,9 @@ def estimate_errors(problem, params, fold_loss, index, correction,
         correction: ``(n_folds, D)`` the chord correction ``u_m - u*`` (NaN rows: the
             iteration does not contract).
         progress: a progress bar for a long held-out pass.
+        points: also return the point losses at ``u*`` (else ``None``: folds in lanes
+            then need only the forward passes, :func:`approxcv.engine.lanes.
+            lanes_fold_losses`).
 
     Returns:
         ``(estimate (n_folds,), refined_fold_loss (n_folds,), refined_points (n_folds,
@@ -180,10 +193,15 @@ def estimate_errors(problem, params, fold_loss, index, correction,
         anything is not finite; the held-out losses at ``u*`` (at ``u_m`` where the
         correction is NaN) are what ``method="auto"``'s next chord round starts from.
     """
+    from .lanes import lanes_fold_losses, use_lanes
     refined, ok = refined_params(params, correction)
-    batch = batch_size or fold_batch_size(problem, len(index))
-    loss_star, points_star = (np.asarray(a) for a in heldout_losses(problem, refined, index,
-                                                                     batch, progress))
+    if not points and use_lanes(problem, index):
+        loss_star, points_star = lanes_fold_losses(problem, refined, index, batch_size,
+                                                   progress), None
+    else:
+        batch = batch_size or fold_batch_size(problem, len(index))
+        loss_star, points_star = (np.asarray(a) for a in heldout_losses(
+            problem, refined, index, batch, progress))
     fold_loss = np.asarray(fold_loss, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         est = np.abs(loss_star - fold_loss) / np.abs(loss_star)

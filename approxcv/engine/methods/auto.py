@@ -84,13 +84,14 @@ def run_with_estimate(name, problem, folds, options, keep: int | None = None):
     params, diag = get_method(name)[0](problem, folds, options)
     params = np.array(params)
     index = folds.padded()
-    fold_loss, points = (np.array(a) for a in heldout_losses(problem, params, index,
-                                                              options.batch_size))
+    fold_loss, points = (np.array(a) for a in (diag.pop("heldout") if "heldout" in diag
+                                               else heldout_losses(problem, params, index,
+                                                                   options.batch_size)))
     correction = diag.pop("chord_correction", None)
     if correction is not None:
         correction = np.asarray(correction)[:keep]
         est = estimate_errors(problem, params[:keep], fold_loss[:keep], index[:keep],
-                              correction, options.batch_size)[0]
+                              correction, options.batch_size, points=False)[0]
     else:
         est = np.full(keep, np.nan)
     causes = unreliable_causes(diag.pop("unreliable", None), len(folds))

@@ -63,7 +63,7 @@ def ij_params(chol, jac, u_full, batch_size, index):
 
 def ij(problem, folds, options):
     """IJ parameters of every fold and the fit diagnostics (see the module docstring)."""
-    index = jnp.asarray(folds.padded())
+    index = folds.padded()
     dim = int(problem.u_full.shape[0])
     t = time.perf_counter()
     if options.dense(dim, problem.n_units):
@@ -77,7 +77,8 @@ def ij(problem, folds, options):
         t_solve = time.perf_counter()
         batch = int(max(1, min(len(folds), 2 ** 22 // max(dim * index.shape[1], 1))))
         params, fold_grad = jax.block_until_ready(ij_params(
-            factor.chol, jnp.asarray(jac), problem.u_full, batch, index))
+            factor.chol, jnp.asarray(jac), problem.u_full, batch,
+            jnp.asarray(index, jnp.int32 if problem.n_units < 2 ** 31 else index.dtype)))
         diagnostics["hessian_diagonal"] = float(options.hessian_diagonal)
         diagnostics["fold_gradient_norm"] = np.asarray(fold_grad)
         diagnostics["unreliable"] = {"hessian_not_pd": np.full(len(folds), not factor.reliable)}

@@ -1,7 +1,8 @@
-"""Held-out losses of an HMM in windows of one long series (``approxcv.engine.windows``).
+"""Held-out losses of an HMM in windows of one long series (``approxcv.engine.windows``),
+and of many folds of it at once with folds in lanes (``approxcv.engine.lanes``).
 
-A mixin of :class:`~approxcv.models.hmm.HMM`: the three optional protocol methods with which
-a model offers windows to the engine (``Problem.windows``). The series outside a window is
+A mixin of :class:`~approxcv.models.hmm.HMM`: the optional protocol methods with which
+a model offers windows (``Problem.windows``) and lanes (``Problem.lanes``) to the engine. The series outside a window is
 summarised by the full fit's filtered and backward messages
 (:func:`approxcv.inference.chain.window_heldout_losses`); only models whose emission
 log-likelihood of a step depends on that step's observation alone (``rowwise_emissions``:
@@ -56,3 +57,17 @@ class ChainWindows:
             jnp.log(params[0]), jnp.log(params[1]), log_lik, weights,
             log_filtered[jnp.maximum(start - 1, 0)], log_backward[start + length - 1],
             start == 0)
+
+    def lane_potentials(self, params):
+        """``(log pi (K,), log A (K, K), emission parameters)`` of one fold's parameters, for
+        the passes with folds in lanes (:mod:`approxcv.inference.chain_lanes`; same
+        conditions as :meth:`supports_windows`). The emission parameters are ``params``."""
+        return jnp.log(params[0]), jnp.log(params[1]), params
+
+    def lane_emission(self, params, x):
+        """``(C, K)`` emission log-likelihoods of the steps ``x`` (row-wise emissions)."""
+        return self._emission_log_lik(params, x)
+
+    def lane_series(self, data):
+        """The one sequence of the prepared data, ``(T, ...)``."""
+        return data.x[0]

@@ -1,0 +1,188 @@
+"""Held-out losses and IJ chord steps of many folds of one long series, folds in lanes.
+
+Folds that spread over a long series (i.i.d. 10 % folds, say) each need passes over all of
+it: fold by fold, ``vmap``-ped a few at a time, those passes cost a scan step per fold and
+``(T, K)`` arrays per fold. For a chain model that offers them (``Problem.lanes``, scheme A,
+one sequence), a batch of ``B`` folds instead shares one scan over time
+(:func:`approxcv.inference.chain_lanes.lane_pass`), with ``B`` set by a memory budget
+(:data:`LANES_MEMORY`), so storage is bounded whatever ``T``.
+
+The IJ's error estimate reuses the held-out pass: under scheme A with 0/1 weights,
+``F(u, w_o) = F(u, 1) - L_o(u) = -log Z(kept; u) - log p(u)``, so the pass that gives the
+fold loss ``L_o(u_m)`` at the IJ point also gives ``F(u_m, w_o)`` and, from the kept
+model's smoothed marginals, ``grad F(u_m, w_o)`` — the first chord step's residual. The
+second step needs one more pass (kept model only) at ``u_m - d_1``.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+
+from .._compile import jit
+from ..inference.chain_lanes import chunk_counts, lane_pass, normaliser_floor, safe_block
+from .batching import in_chunks
+
+__all__ = ["use_lanes", "lane_batch_size", "lanes_heldout_losses", "lanes_fold_losses",
+           "lanes_chord_steps",
+           "LANES_MEMORY", "LANES_MIN_WORK"]
+
+#: folds x series length above which folds go in lanes (below it the per-fold passes are
+#: cheap; tests lower it to exercise the lanes on small series)
+LANES_MIN_WORK = 2 ** 18
+#: bytes a batch of folds in lanes may hold (sets the folds per batch, :func:`lane_batch_size`)
+LANES_MEMORY = 2 ** 29
+#: steps per chunk of the series (emissions and forward messages are held a chunk at a time)
+LANES_CHUNK = 1024
+
+
+def use_lanes(problem, index) -> bool:
+    """Lanes pay: the problem offers them, the work is large and the folds are not short
+    ones that windows of the series serve (:func:`approxcv.engine.windows.use_windows`)."""
+    from .windows import use_windows
+    if getattr(problem, "lanes", None) is None:
+        return False
+    if np.asarray(index).shape[0] * problem.n_units <= LANES_MIN_WORK:
+        return False
+    return not use_windows(problem, index)
+
+
+def _chunk(n: int) -> int:
+    """Steps per chunk: :data:`LANES_CHUNK`, or the series rounded up to a multiple of 8."""
+    return int(min(LANES_CHUNK, -(-n // 8) * 8))
+
+
+def lane_batch_size(n: int, m: int, k: int, cap: int, n_folds: int,
+                    memory: int | None = None) -> int:
+    """Folds per batch within ``memory`` bytes (default :data:`LANES_MEMORY`): per fold the
+    forward messages at chunk starts ``(T / C) K``, about 16 chunk-sized arrays ``C K``, the
+    index and point-loss buffers ``~4 (m + cap)`` (8-byte words)."""
+    chunk = _chunk(n)
+    per_fold = 8 * ((-(-n // chunk)) * k + 16 * chunk * k + 4 * (m + cap))
+    budget = LANES_MEMORY if memory is None else memory
+    return int(max(1, min(n_folds, budget // per_fold)))
+
+
+def _layout(index, n: int, rows: int = 64):
+    """``cap``: the most units of one fold in one chunk (NumPy, ``rows`` folds at a time),
+    rounded up to a multiple of 16 so that other folds of the series (``"auto"``'s
+    subsets) mostly reuse the compiled programs."""
+    chunk = _chunk(n)
+    most = max(int(chunk_counts(index[i:i + rows], n, chunk).max())
+               for i in range(0, index.shape[0], rows))
+    return -(-max(most, 1) // 16) * 16
+
+
+def _per_fold(lanes, u):
+    """``(log_init, log_trans, emission params)`` of every row of ``u (B, D)``."""
+    return jax.vmap(lanes.potentials)(u)
+
+
+def _run(lanes, u, index, data, n: int, cap: int, full: bool, points: bool, grads: bool,
+         block: int = 1):
+    """One :func:`lane_pass` of the folds ``index (B, m)`` at ``u (B, D)``. Returns
+    ``(fold_loss, points, F(u, w_o), grad F(u, w_o) (B, D))``."""
+    chunk = _chunk(n)
+    n_chunks = -(-n // chunk)
+    index = jnp.sort(index, axis=1)
+    rows = jnp.broadcast_to(jnp.arange(index.shape[0])[:, None], index.shape)
+    pad = n_chunks * chunk - n                  # the series is padded at the front
+    counts = jnp.zeros((index.shape[0], n_chunks), jnp.int32).at[
+        rows, (jnp.minimum(index, n - 1) + pad) // chunk].add((index < n).astype(jnp.int32))
+    ends = jnp.cumsum(counts, axis=1).T
+    x = lanes.series(data)
+    x = jnp.concatenate([jnp.broadcast_to(x[:1], (pad,) + x.shape[1:]), x])
+    (log_init, log_trans, em), pull = jax.vjp(partial(_per_fold, lanes), u)
+    out = lane_pass(log_init, log_trans, lanes.emission, em, x, index.astype(jnp.int32),
+                    ends, n, chunk, cap, full=full, points=points, grads=grads, block=block)
+    prior, prior_grad = jax.vmap(jax.value_and_grad(lanes.log_prior), (0, None))(u, data)
+    value = -out.log_z_kept - prior
+    grad = None
+    if grads:
+        grad = -pull((out.grad_init, out.grad_trans, out.grad_emission))[0] - prior_grad
+    return out.log_z_kept - out.log_z_full, out.points, value, grad
+
+
+@partial(jit, static_argnums=(0, 4, 5, 6))
+def _heldout(lanes, u, index, data, n: int, cap: int, block: int):
+    """``(fold_loss, points)`` of a batch of folds."""
+    return _run(lanes, u, index, data, n, cap, True, True, False, block)[:2]
+
+
+@partial(jit, static_argnums=(0, 4, 5, 6))
+def _fold_loss(lanes, u, index, data, n: int, cap: int, block: int):
+    """``(fold_loss,)`` of a batch of folds (forward passes only)."""
+    return _run(lanes, u, index, data, n, cap, True, False, False, block)[:1]
+
+
+@partial(jit, static_argnums=0)
+def _floor(lanes, u):
+    """:func:`~approxcv.inference.chain_lanes.normaliser_floor` of all rows of ``u``."""
+    log_init, log_trans, _ = jax.vmap(lanes.potentials)(u)
+    return normaliser_floor(log_init, log_trans)
+
+
+@partial(jit, static_argnums=(0, 5, 6, 7))
+def _chord(lanes, chol, u, index, data, n: int, cap: int, block: int):
+    """``(correction, rho, fold_loss, points)`` of a batch of IJ folds: the held-out pass at
+    ``u_m`` gives ``r_1 = grad F(u_m, w_o)``, a kept-model pass at ``u_m - d_1`` gives
+    ``r_2`` (:func:`approxcv.engine.error_estimate.chord_step`, for many folds)."""
+    from .error_estimate import _rate, extrapolate
+    fold_loss, points, value, r1 = _run(lanes, u, index, data, n, cap, True, True, True, block)
+    d1 = jsl.cho_solve((chol, True), r1.T).T
+    r2 = _run(lanes, u - d1, index, data, n, cap, False, False, True, block)[3]
+    d2 = jsl.cho_solve((chol, True), r2.T).T
+    rho = _rate(jnp.sum(d2 * r2, axis=1), jnp.sum(d1 * r1, axis=1), value)
+    return jax.vmap(extrapolate)(d1, d2, rho), rho, fold_loss, points
+
+
+def _batches(problem, params, index, batch_size, memory, progress, desc, call):
+    """``call(u, index, cap, block)`` over batches of folds (the last padded), NumPy
+    outputs; ``block``: normalisers per ``log`` where the parameters make that safe
+    (:func:`~approxcv.inference.chain_lanes.safe_block`)."""
+    index = np.asarray(index)
+    n, m = problem.n_units, index.shape[1]
+    cap = _layout(index, n)
+    k = int(jax.eval_shape(lambda u: problem.lanes.potentials(u)[0],
+                           problem.u_full).shape[0])
+    size = int(batch_size or lane_batch_size(n, m, k, cap, len(index), memory))
+    params = np.asarray(params)
+    block = safe_block(float(_floor(problem.lanes, jnp.asarray(params))))
+    block = block if _chunk(n) % block == 0 else 1
+    return in_chunks(lambda u, i: call(u, i, cap, block), (params, index), size, desc,
+                     progress)
+
+
+def lanes_heldout_losses(problem, params_flat, index, batch_size: int | None = None,
+                         progress: bool = False, memory: int | None = None):
+    """Held-out ``(fold_loss (n_folds,), point_loss (n_folds, m))`` of every fold, folds in
+    lanes (as :func:`approxcv.engine.batching.heldout_losses`; ``memory``: bytes per batch,
+    default :data:`LANES_MEMORY`)."""
+    return _batches(problem, params_flat, index, batch_size, memory, progress,
+                    "held-out losses", lambda u, i, cap, block: _heldout(
+                        problem.lanes, u, i, problem.data, problem.n_units, cap, block))
+
+
+def lanes_fold_losses(problem, params_flat, index, batch_size: int | None = None,
+                      progress: bool = False, memory: int | None = None):
+    """Held-out fold losses ``(n_folds,)`` only (no point losses: the forward passes)."""
+    return _batches(problem, params_flat, index, batch_size, memory, progress,
+                    "held-out losses", lambda u, i, cap, block: _fold_loss(
+                        problem.lanes, u, i, problem.data, problem.n_units, cap, block))[0]
+
+
+def lanes_chord_steps(problem, params, index, chol, batch_size: int | None = None,
+                      progress: bool = False, memory: int | None = None):
+    """``(correction, rho, (fold_loss, point_loss))`` of the IJ folds ``params`` with ``M =
+    H`` (Cholesky factor ``chol``): the chord steps of
+    :func:`approxcv.engine.error_estimate.full_hessian_chord_steps` and, from the same
+    pass, the held-out losses at ``params``."""
+    chol = jnp.asarray(chol)
+    corr, rho, loss, points = _batches(
+        problem, params, index, batch_size, memory, progress, "held-out losses, chord steps",
+        lambda u, i, cap, block: _chord(problem.lanes, chol, u, i, problem.data,
+                                        problem.n_units, cap, block))
+    return corr, rho, (loss, points)
