@@ -22,8 +22,9 @@ import numpy as np
 from .._validate import check_choice, check_finite
 from ..errors import ConvergenceWarning, InvalidArgumentError, InvalidDataError
 from . import likelihoods as _lik
-from .covariance import KERNEL_NAMES, n_kernel_params
+from .covariance import KERNEL_NAMES, kernel_matrix, n_kernel_params
 from .hyper import ccd_points, fit_map
+from .laplace import mode_curvature
 from .posterior import INFERENCES, Posterior, cold_start, latent_posterior
 
 __all__ = ["GP", "FittedGP"]
@@ -96,11 +97,6 @@ class GP:
                                            f"{start.shape}")
             theta_hat, map_result = fit_map(Xj, yj, lik, inference, start, self.prior_sd,
                                             self.damping)
-            if not map_result.converged:
-                import warnings
-                warnings.warn(f"type-II MAP did not converge (gradient norm "
-                              f"{float(map_result.grad_norm):.3g})", ConvergenceWarning,
-                              stacklevel=2)
             if hyper == "map":
                 points, weights = theta_hat[None], np.ones(1)
             else:
@@ -111,8 +107,29 @@ class GP:
             hyper = "draws"
         posts = posteriors_at(points, Xj, yj, lik, inference, self.damping)
         jax.block_until_ready(posts)
-        return FittedGP(self, X, y, inference, hyper, np.asarray(points), np.asarray(weights),
-                        posts, map_result, time.perf_counter() - t0)
+        fitted = FittedGP(self, X, y, inference, hyper, np.asarray(points),
+                          np.asarray(weights), posts, map_result, time.perf_counter() - t0)
+        if map_result is not None and not map_result.converged:
+            _warn_map(fitted)
+        return fitted
+
+
+def _warn_map(fitted):
+    """Warn that type-II MAP did not converge; for Laplace with a likelihood that is not
+    log-concave, with the least eigenvalue of ``I + C^T W C`` at the MAP's last point
+    (``fitted.extras["mode_curvature"]``): near 0, the search ran into a fold of the mode,
+    where the Laplace log marginal likelihood is unbounded."""
+    import warnings
+    msg = f"type-II MAP did not converge (gradient norm {float(fitted.map_result.grad_norm):.3g})"
+    if fitted.inference == "laplace" and not fitted.gp.lik.log_concave:
+        theta_k = jnp.asarray(fitted.points[0][:n_kernel_params(fitted.X.shape[1])])
+        K = kernel_matrix(theta_k, jnp.asarray(fitted.X))
+        eig = float(mode_curvature(K, fitted.posterior.tau[0]))
+        fitted.extras["mode_curvature"] = eig
+        msg += (f"; least eigenvalue of I + C^T W C at its last point {eig:.3g} (near 0: a "
+                "fold of the Laplace mode, where the Laplace log marginal likelihood is "
+                "unbounded; inference='ep' has no such singularity)")
+    warnings.warn(msg, ConvergenceWarning, stacklevel=3)
 
 
 def _draws(hyper, p):
