@@ -41,11 +41,15 @@ class GP:
         prior_sd: sd of the ``N(0, prior_sd^2)`` prior on each log hyperparameter
             (``None``: no prior, type-II maximum likelihood).
         damping: EP damping (fraction of each parallel update taken).
+        eta: power EP's fraction in (0, 1] (:func:`~approxcv.bayes.ep.ep_fit`; 1: plain
+            EP); other than 1 only at supplied hyperparameters (``hyper=`` draws), as
+            type-II MAP uses plain EP's marginal likelihood.
     """
     likelihood: Any = "probit"
     nu: float = 4.0
     prior_sd: float | None = 3.0
     damping: float = 0.5
+    eta: float = 1.0
 
     @property
     def lik(self):
@@ -85,6 +89,9 @@ class GP:
         check_choice("inference", inference, INFERENCES)
         X, y = self._check(X, y)
         lik = self.lik
+        if not 0.0 < self.eta <= 1.0 or (self.eta != 1.0 and isinstance(hyper, str)):
+            raise InvalidArgumentError(f"`eta` must be in (0, 1], and 1 unless `hyper` is "
+                                       f"supplied draws; got eta={self.eta!r}, hyper={hyper!r}")
         p = n_kernel_params(X.shape[1]) + lik.n_params
         t0 = time.perf_counter()
         Xj, yj = jnp.asarray(X), jnp.asarray(y)
@@ -105,7 +112,7 @@ class GP:
         else:
             points, weights = _draws(hyper, p)
             hyper = "draws"
-        posts = posteriors_at(points, Xj, yj, lik, inference, self.damping)
+        posts = posteriors_at(points, Xj, yj, lik, inference, self.damping, eta=self.eta)
         jax.block_until_ready(posts)
         fitted = FittedGP(self, X, y, inference, hyper, np.asarray(points),
                           np.asarray(weights), posts, map_result, time.perf_counter() - t0)
@@ -149,7 +156,8 @@ def _draws(hyper, p):
     return points, weights / weights.sum()
 
 
-def posteriors_at(points, X, y, lik, inference, damping, weights=None, warm=None):
+def posteriors_at(points, X, y, lik, inference, damping, weights=None, warm=None,
+                  eta: float = 1.0):
     """The :class:`Posterior` at every row of ``points`` (stacked along a leading axis)."""
     n = y.shape[0]
     weights = jnp.ones(n) if weights is None else weights
@@ -158,7 +166,7 @@ def posteriors_at(points, X, y, lik, inference, damping, weights=None, warm=None
 
     def one(theta, w0):
         return latent_posterior(theta, X, y, weights, w0, lik=lik, inference=inference,
-                                damping=damping)
+                                damping=damping, eta=eta)
     return jax.vmap(one)(jnp.asarray(points), warm)
 
 
