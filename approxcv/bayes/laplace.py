@@ -257,7 +257,8 @@ def mode_curvature(K, W):
     """Least eigenvalue of ``I + C^T W C`` (``K = C C^T``), whose determinant is
     ``|I + K W|``: positive at a local maximum of ``Psi``, 0 at a fold of the mode (where
     two modes merge). As it goes to 0 along a branch of modes, ``-log|I + K W| / 2`` and so
-    the Laplace log marginal likelihood go to ``+infinity``: type-II MAP can run into it."""
+    the Laplace log marginal likelihood go to ``+infinity``: type-II MAP can run into it.
+    NaN when ``K`` has no Cholesky factor."""
     C = jnp.linalg.cholesky(K)
     return jnp.linalg.eigvalsh(jnp.eye(K.shape[0]) + C.T @ (W[:, None] * C))[0]
 
