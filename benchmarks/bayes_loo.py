@@ -230,6 +230,7 @@ def main(quick: bool, only=None):
     if only:
         import json
         import os
+
         from _common import RESULTS
         path = os.path.join(RESULTS, "bayes_loo" + ("_quick" if quick else "") + ".json")
         if os.path.exists(path):
