@@ -36,8 +36,8 @@ BRUTE_EP_TOL = 1e-7
 _FIELDS = {"lpd": ("f8", ()), "converged": ("?", ()), "iterations": ("i8", ())}
 
 
-@functools.partial(jit, static_argnames=("lik", "inference", "damping"))
-def _leave_out_rows(theta, X, y, rows, warm, *, lik, inference, damping):
+@functools.partial(jit, static_argnames=("lik", "inference", "damping", "eta"))
+def _leave_out_rows(theta, X, y, rows, warm, *, lik, inference, damping, eta=1.0):
     """``(lpd, converged, iterations)`` of the folds ``rows (b,)`` at ``theta``."""
     n = y.shape[0]
     phi = split_theta(theta, X.shape[1])[1]
@@ -46,7 +46,8 @@ def _leave_out_rows(theta, X, y, rows, warm, *, lik, inference, damping):
         w = jnp.ones(n).at[i].set(0.0)
         start = warm.at[..., i].set(0.0)
         post = latent_posterior(theta, X, y, w, start, lik=lik, inference=inference,
-                                damping=damping, marginal=False, ep_tol=BRUTE_EP_TOL)
+                                damping=damping, marginal=False, ep_tol=BRUTE_EP_TOL,
+                                eta=eta)
         lpd = tilted_moments(lik, y[i][None], phi, post.mean[i][None], post.var[i][None])[0]
         return lpd[0], post.converged, post.iterations
     return jax.vmap(one)(rows)
@@ -59,6 +60,7 @@ class BruteBatch:
     def __init__(self, fitted, pad_to: int):
         gp = fitted.gp
         self.lik, self.inference, self.damping = gp.lik, fitted.inference, gp.damping
+        self.eta = gp.eta
         self.X, self.y = np.asarray(fitted.X), np.asarray(fitted.y)
         self.points = np.asarray(fitted.points)
         self.warm = np.asarray(fitted.posterior.warm)
@@ -71,7 +73,7 @@ class BruteBatch:
         out = _leave_out_rows(jnp.asarray(self.points[s]), jnp.asarray(self.X),
                               jnp.asarray(self.y), jnp.asarray(padded),
                               jnp.asarray(self.warm[s]), lik=self.lik,
-                              inference=self.inference, damping=self.damping)
+                              inference=self.inference, damping=self.damping, eta=self.eta)
         lpd, conv, its = (np.asarray(o)[:m] for o in out)
         return {"lpd": lpd, "converged": conv.astype(bool), "iterations": its.astype(int)}
 
@@ -81,7 +83,8 @@ def _open_checkpoint(path, fitted, batch_size):
                          model=(fitted.gp.lik.name, repr(fitted.gp.lik)), scheme=None,
                          level="bayes-loo", params=np.asarray(fitted.points),
                          options={"inference": fitted.inference, "damping": fitted.gp.damping,
-                                  "estimator": "brute", "ep_tol": BRUTE_EP_TOL})
+                                  "estimator": "brute", "ep_tol": BRUTE_EP_TOL,
+                                  **({} if fitted.gp.eta == 1.0 else {"eta": fitted.gp.eta})})
     return Checkpoint(path, print_, _FIELDS, finite=("lpd",))
 
 

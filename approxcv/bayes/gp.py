@@ -22,8 +22,9 @@ import numpy as np
 from .._validate import check_choice, check_finite
 from ..errors import ConvergenceWarning, InvalidArgumentError, InvalidDataError
 from . import likelihoods as _lik
-from .covariance import KERNEL_NAMES, n_kernel_params
+from .covariance import KERNEL_NAMES, kernel_matrix, n_kernel_params
 from .hyper import ccd_points, fit_map
+from .laplace import mode_curvature
 from .posterior import INFERENCES, Posterior, cold_start, latent_posterior
 
 __all__ = ["GP", "FittedGP"]
@@ -40,11 +41,15 @@ class GP:
         prior_sd: sd of the ``N(0, prior_sd^2)`` prior on each log hyperparameter
             (``None``: no prior, type-II maximum likelihood).
         damping: EP damping (fraction of each parallel update taken).
+        eta: power EP's fraction in (0, 1] (:func:`~approxcv.bayes.ep.ep_fit`; 1: plain
+            EP); other than 1 only at supplied hyperparameters (``hyper=`` draws), as
+            type-II MAP uses plain EP's marginal likelihood.
     """
     likelihood: Any = "probit"
     nu: float = 4.0
     prior_sd: float | None = 3.0
     damping: float = 0.5
+    eta: float = 1.0
 
     @property
     def lik(self):
@@ -84,6 +89,9 @@ class GP:
         check_choice("inference", inference, INFERENCES)
         X, y = self._check(X, y)
         lik = self.lik
+        if not 0.0 < self.eta <= 1.0 or (self.eta != 1.0 and isinstance(hyper, str)):
+            raise InvalidArgumentError(f"`eta` must be in (0, 1], and 1 unless `hyper` is "
+                                       f"supplied draws; got eta={self.eta!r}, hyper={hyper!r}")
         p = n_kernel_params(X.shape[1]) + lik.n_params
         t0 = time.perf_counter()
         Xj, yj = jnp.asarray(X), jnp.asarray(y)
@@ -96,11 +104,6 @@ class GP:
                                            f"{start.shape}")
             theta_hat, map_result = fit_map(Xj, yj, lik, inference, start, self.prior_sd,
                                             self.damping)
-            if not map_result.converged:
-                import warnings
-                warnings.warn(f"type-II MAP did not converge (gradient norm "
-                              f"{float(map_result.grad_norm):.3g})", ConvergenceWarning,
-                              stacklevel=2)
             if hyper == "map":
                 points, weights = theta_hat[None], np.ones(1)
             else:
@@ -109,10 +112,31 @@ class GP:
         else:
             points, weights = _draws(hyper, p)
             hyper = "draws"
-        posts = posteriors_at(points, Xj, yj, lik, inference, self.damping)
+        posts = posteriors_at(points, Xj, yj, lik, inference, self.damping, eta=self.eta)
         jax.block_until_ready(posts)
-        return FittedGP(self, X, y, inference, hyper, np.asarray(points), np.asarray(weights),
-                        posts, map_result, time.perf_counter() - t0)
+        fitted = FittedGP(self, X, y, inference, hyper, np.asarray(points),
+                          np.asarray(weights), posts, map_result, time.perf_counter() - t0)
+        if map_result is not None and not map_result.converged:
+            _warn_map(fitted)
+        return fitted
+
+
+def _warn_map(fitted):
+    """Warn that type-II MAP did not converge; for Laplace with a likelihood that is not
+    log-concave, with the least eigenvalue of ``I + C^T W C`` at the MAP's last point
+    (``fitted.extras["mode_curvature"]``): near 0, the search ran into a fold of the mode,
+    where the Laplace log marginal likelihood is unbounded."""
+    import warnings
+    msg = f"type-II MAP did not converge (gradient norm {float(fitted.map_result.grad_norm):.3g})"
+    if fitted.inference == "laplace" and not fitted.gp.lik.log_concave:
+        theta_k = jnp.asarray(fitted.points[0][:n_kernel_params(fitted.X.shape[1])])
+        K = kernel_matrix(theta_k, jnp.asarray(fitted.X))
+        eig = float(mode_curvature(K, fitted.posterior.tau[0]))
+        fitted.extras["mode_curvature"] = eig
+        msg += (f"; least eigenvalue of I + C^T W C at its last point {eig:.3g} (near 0: a "
+                "fold of the Laplace mode, where the Laplace log marginal likelihood is "
+                "unbounded; inference='ep' has no such singularity)")
+    warnings.warn(msg, ConvergenceWarning, stacklevel=3)
 
 
 def _draws(hyper, p):
@@ -132,7 +156,8 @@ def _draws(hyper, p):
     return points, weights / weights.sum()
 
 
-def posteriors_at(points, X, y, lik, inference, damping, weights=None, warm=None):
+def posteriors_at(points, X, y, lik, inference, damping, weights=None, warm=None,
+                  eta: float = 1.0):
     """The :class:`Posterior` at every row of ``points`` (stacked along a leading axis)."""
     n = y.shape[0]
     weights = jnp.ones(n) if weights is None else weights
@@ -141,7 +166,7 @@ def posteriors_at(points, X, y, lik, inference, damping, weights=None, warm=None
 
     def one(theta, w0):
         return latent_posterior(theta, X, y, weights, w0, lik=lik, inference=inference,
-                                damping=damping)
+                                damping=damping, eta=eta)
     return jax.vmap(one)(jnp.asarray(points), warm)
 
 

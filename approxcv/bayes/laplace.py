@@ -65,7 +65,7 @@ import jax.numpy as jnp
 from jax import lax
 
 __all__ = ["LaplaceState", "site_derivatives", "laplace_mode", "posterior_variance",
-           "laplace_log_marginal", "GRAD_TOL"]
+           "laplace_log_marginal", "mode_curvature", "GRAD_TOL"]
 
 #: damping ladder: step fractions tried per Newton iteration (log-concave likelihoods)
 _STEPS = 0.5 ** jnp.arange(10)
@@ -251,6 +251,16 @@ def _is_local_max(K, W):
     C = jnp.linalg.cholesky(K)
     L = jnp.linalg.cholesky(jnp.eye(K.shape[0]) + C.T @ (W[:, None] * C))
     return jnp.all(jnp.isfinite(jnp.diag(L))) & jnp.all(jnp.isfinite(jnp.diag(C)))
+
+
+def mode_curvature(K, W):
+    """Least eigenvalue of ``I + C^T W C`` (``K = C C^T``), whose determinant is
+    ``|I + K W|``: positive at a local maximum of ``Psi``, 0 at a fold of the mode (where
+    two modes merge). As it goes to 0 along a branch of modes, ``-log|I + K W| / 2`` and so
+    the Laplace log marginal likelihood go to ``+infinity``: type-II MAP can run into it.
+    NaN when ``K`` has no Cholesky factor."""
+    C = jnp.linalg.cholesky(K)
+    return jnp.linalg.eigvalsh(jnp.eye(K.shape[0]) + C.T @ (W[:, None] * C))[0]
 
 
 def _better_start(K, y, lik, phi, weights, a0):

@@ -57,25 +57,27 @@ def _laplace(K, y, lik, phi, weights, warm, marginal):
                      s.a)
 
 
-def _ep(K, y, lik, phi, weights, warm, damping, marginal, ep_tol):
-    s = ep_fit(K, y, lik, phi, weights, warm[0], warm[1], damping, tol=ep_tol)
+def _ep(K, y, lik, phi, weights, warm, damping, marginal, ep_tol, eta):
+    s = ep_fit(K, y, lik, phi, weights, warm[0], warm[1], damping, tol=ep_tol, eta=eta)
     lm = ep_log_marginal(K, y, lik, phi, weights, s.tau, s.nu) if marginal else jnp.nan
     return Posterior(s.mu, s.var, s.tau, s.nu, jnp.zeros_like(s.mu), s.log_z, lm, s.converged,
                      s.iterations, jnp.stack([s.tau, s.nu]))
 
 
 @functools.partial(jit, static_argnames=("lik", "inference", "damping", "marginal",
-                                             "ep_tol"))
+                                             "ep_tol", "eta"))
 def latent_posterior(theta, X, y, weights, warm, *, lik, inference: str, damping: float = 0.5,
-                     marginal: bool = True, ep_tol: float = 1e-9):
+                     marginal: bool = True, ep_tol: float = 1e-9, eta: float = 1.0):
     """The :class:`Posterior` of ``inference`` ("laplace" or "ep") at ``theta``
     (``marginal=False``: ``log_marginal`` is NaN, not computed — brute force needs none;
-    ``ep_tol``: EP's convergence tolerance on the site parameters)."""
+    ``ep_tol``: EP's convergence tolerance on the site parameters; ``eta``: power EP's
+    fraction, :func:`~approxcv.bayes.ep.ep_fit`; ``log_marginal`` is then the EP formula at
+    those sites, not power EP's own energy)."""
     theta_k, phi = split_theta(theta, X.shape[1])
     K = kernel_matrix(theta_k, X)
     if inference == "laplace":
         return _laplace(K, y, lik, phi, weights, warm, marginal)
-    return _ep(K, y, lik, phi, weights, warm, damping, marginal, ep_tol)
+    return _ep(K, y, lik, phi, weights, warm, damping, marginal, ep_tol, eta)
 
 
 def cold_start(n: int, inference: str):

@@ -40,15 +40,15 @@ def gauss_hermite(n: int = N_NODES):
     return jnp.asarray(x), jnp.asarray(np.log(w / w.sum()))
 
 
-def _log_tilted(lik, y, phi, mean, var):
+def _log_tilted(lik, y, phi, mean, var, eta=1.0):
     def log_t(f):
-        return lik.log_lik(y, f, phi) - 0.5 * (f - mean) ** 2 / var
+        return eta * lik.log_lik(y, f, phi) - 0.5 * (f - mean) ** 2 / var
     return log_t
 
 
-def _tilted_one(lik, y, phi, mean, var, n_nodes):
-    """(log Z, mean, var) of ``N(f | mean, var) p(y | f)`` for one point."""
-    log_t = _log_tilted(lik, y, phi, mean, var)
+def _tilted_one(lik, y, phi, mean, var, n_nodes, eta=1.0):
+    """(log Z, mean, var) of ``N(f | mean, var) p(y | f)^eta`` for one point."""
+    log_t = _log_tilted(lik, y, phi, mean, var, eta)
     d1, d2 = jax.grad(log_t), jax.grad(jax.grad(log_t))
 
     def _newton(f, _):
@@ -77,13 +77,14 @@ def _tilted_one(lik, y, phi, mean, var, n_nodes):
     return log_z, m, jnp.sum(p * (f - m) ** 2)
 
 
-def tilted_moments(lik, y, phi, mean, var, n_nodes: int = N_NODES):
+def tilted_moments(lik, y, phi, mean, var, n_nodes: int = N_NODES, eta: float = 1.0):
     """``(log Z_i, mean_i, var_i)``, each ``(n,)``: zeroth moment (log) and mean and
-    variance of the tilted distributions ``N(f | mean_i, var_i) p(y_i | f)``; closed form
-    where the likelihood has one (probit), adaptive quadrature otherwise."""
-    if lik.tilted is not None:
+    variance of the tilted distributions ``N(f | mean_i, var_i) p(y_i | f)^eta`` (``eta``
+    < 1: power EP's fractional likelihood); closed form where the likelihood has one
+    (probit, ``eta = 1``), adaptive quadrature otherwise."""
+    if lik.tilted is not None and eta == 1.0:
         return lik.tilted(y, mean, var)
-    return jax.vmap(lambda yi, mi, vi: _tilted_one(lik, yi, phi, mi, vi, n_nodes))(
+    return jax.vmap(lambda yi, mi, vi: _tilted_one(lik, yi, phi, mi, vi, n_nodes, eta))(
         y, mean, var)
 
 
