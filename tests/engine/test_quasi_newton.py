@@ -86,7 +86,8 @@ def test_shared_derivatives_equal_the_engine_sweep_and_polish_reaches_round_off(
     assert value_and_derivatives(weighted, u, w, a, with_jacobian=False)[3] is None
     polished, f, gnorm = newton_polish(weighted, u, w, a, num_steps=6)
     assert gnorm < 1e-10 and f <= float(value)
-    # many units: new points checked by their gradient first; the same steps and point
+    # many units: new points checked by their gradient first (chord steps in the quadratic
+    # regime): the same optimum to round-off
     from approxcv.optim import newton
     old, newton.GRADIENT_CHECK_MIN_UNITS = newton.GRADIENT_CHECK_MIN_UNITS, 1
     try:
