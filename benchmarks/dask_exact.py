@@ -17,7 +17,8 @@ workers do not fight over the two cores; the in-process run keeps XLA's defaults
 taken within this one run; the machine's core count and load average are recorded, because
 two workers only help where two cores are free. What does not run on the workers bounds the
 ratio: the client's own part of exact CV (the full-data objective and held-out losses at every
-refit, about 0.25 s here) and Dask's scheduling (about 0.14 s for 48 tasks); a 2-state HMM on
+refit and the cross-fold candidate evaluations, about 0.15 s here) and Dask's scheduling (about
+0.14 s for 48 tasks); a 2-state HMM on
 3,000 counts, whose refits converge in fewer steps, gave 1.53-1.57x on the same quiet machine.
 
 What two processes can give on this machine at all is measured beside it (the *ceiling*):
