@@ -8,14 +8,12 @@ from approxcv.models.hmm.start_selection import (DISTINCT_RTOL, SELECT_GAP_PER_S
                                                  keep_endpoints, subsample)
 
 
-@pytest.mark.parametrize("level", ["within", "structure"])
-def test_subsampled_start_selection_reaches_todays_optimum_on_the_calls(level):
+def test_subsampled_start_selection_reaches_todays_optimum_on_the_calls():
     x = acv.datasets.load_calls(4000)
-    data = x if level == "within" else [x[i:i + 500] for i in range(0, 4000, 500)]
     fits = {}
     for sub in (None, 800):
         model = acv.models.PoissonHMM(3, start_subsample=sub)
-        params = model.fit(data)
+        params = model.fit(x)
         fits[sub] = (model.fit_result_, params)
     record = fits[800][0]["start_selection"]
     assert record["used"] and 1 <= len(record["kept"]) < 4
@@ -24,6 +22,14 @@ def test_subsampled_start_selection_reaches_todays_optimum_on_the_calls(level):
     assert abs(selected - full) <= 1e-8 * abs(full)
     rates = [np.sort(np.asarray(p.rates)) for _, p in fits.values()]
     np.testing.assert_allclose(rates[0], rates[1], rtol=1e-5)
+
+
+def test_the_structure_level_subsample_is_the_first_sequences_holding_the_steps():
+    x = acv.datasets.load_calls(2000)
+    seqs = acv.models.PoissonHMM(2).prepare([x[i:i + 250] for i in range(0, 2000, 250)])[0]
+    sub = subsample(seqs, "structure", 400)
+    assert sub.x.shape[0] == 2 and np.asarray(sub.mask).sum() == 500
+    assert subsample(seqs, "structure", 600) is None                  # 2000 < 4 x 600
 
 
 def test_selection_applies_only_to_long_data_and_several_starts():
