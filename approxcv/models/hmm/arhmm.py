@@ -211,7 +211,8 @@ class AutoregressiveEmissions(HMM):
         ``D`` times the data size per start, so here the starts (and the perturbation
         restarts, ``n_perturb``) run sequentially and the Newton polish is used only when
         ``D <= newton_max_dim`` (default 400), and L-BFGS replaces BFGS above
-        ``approxcv.engine.MAX_DENSE_DIM`` parameters.
+        ``approxcv.engine.MAX_DENSE_DIM`` parameters. These fits do not run EM, so there is
+        no start selection on a subsample (``start_subsample`` is not used).
         """
         seqs, level, n = self.prepare(data, level)
         starts = self._starts(seqs, level, init_params)

@@ -225,8 +225,8 @@ class HMM(ChainWindows, Model):
         On data of at least 4 x ``start_subsample`` steps, the starts are first refined by EM
         on a subsample and only those that may end in the best optimum go on
         (:mod:`approxcv.models.hmm.start_selection`, recorded in
-        ``fit_result_["start_selection"]``). The run is recorded in ``self.fit_result_`` (objective, gradient norm and
-        convergence of every start — with EM only the best start is polished, so only it
+        ``fit_result_["start_selection"]``). The run is recorded in ``self.fit_result_``
+        (objective, gradient norm and convergence of every start — with EM only the best start is polished, so only it
         is ``converged`` —, ``"method"``: ``"em"`` when EM fitted it, ``"bfgs"`` with
         ``"em_steps"`` when EM ran but left the fit to BFGS, ``final_objective`` and
         ``final_grad_norm`` of the returned fit).
