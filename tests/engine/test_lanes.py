@@ -62,23 +62,30 @@ def test_lane_pass_equals_the_fold_by_fold_passes(series, rates, block):
         jnp.log(stack[0]), jnp.log(stack[1])))) == 4
     out = _lane_pass(model, stack, x, folds.padded(), chunk=64, block=block)
     xs = jnp.asarray(x, float)
-    for b, p in enumerate(per_fold):
-        w = acv.folds.Folds([folds[b]], len(x)).weights()[0]
+
+    @jax.jit
+    def reference(p, w):
+        """Fold-by-fold: held-out losses, log-space ``log Z(kept)`` and the gradients of
+        ``log Z(kept)`` in the emission parameters and the log-potentials."""
         pots = model.log_potentials(p, xs, jnp.ones(len(x)))
         fold_loss, points = chain.heldout_losses(*pots, w)
-        kept = pots[2] * jnp.asarray(w)[:, None]
-        log_z = _log_space_log_z(pots[0], pots[1], kept)
+        log_z = _log_space_log_z(pots[0], pots[1], pots[2] * w[:, None])
+        grad = jax.grad(lambda q: chain.weighted_log_marginal(
+            *model.log_potentials(q, xs, jnp.ones(len(x))), w))(p)
+        by_pots = jax.grad(lambda a, t: chain.weighted_log_marginal(a, t, pots[2], w),
+                           argnums=(0, 1))(pots[0], pots[1])
+        return fold_loss, points, log_z, grad, by_pots
+
+    for b, p in enumerate(per_fold):
+        w = jnp.asarray(acv.folds.Folds([folds[b]], len(x)).weights()[0])
+        fold_loss, points, log_z, grad, by_pots = reference(p, w)
         np.testing.assert_allclose(out.log_z_kept[b], log_z, rtol=1e-13)
         np.testing.assert_allclose(out.log_z_kept[b] - out.log_z_full[b], fold_loss,
                                    rtol=1e-12)
         np.testing.assert_allclose(out.points[b][:folds.sizes[b]],
                                    np.asarray(points)[np.sort(folds[b])], rtol=1e-12)
-        grad = jax.grad(lambda q: chain.weighted_log_marginal(
-            *model.log_potentials(q, xs, jnp.ones(len(x))), jnp.asarray(w)))(p)
         np.testing.assert_allclose(out.grad_emission.rates[b], grad.rates, rtol=1e-9,
                                    atol=1e-9)
-        by_pots = jax.grad(lambda a, t: chain.weighted_log_marginal(
-            a, t, pots[2], jnp.asarray(w)), argnums=(0, 1))(pots[0], pots[1])
         np.testing.assert_allclose(out.grad_init[b], by_pots[0], atol=1e-12)
         np.testing.assert_allclose(out.grad_trans[b], by_pots[1], rtol=1e-11, atol=1e-9)
 
