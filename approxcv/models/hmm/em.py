@@ -110,6 +110,14 @@ def occupancy(stats, seqs, level: str) -> np.ndarray:
     return np.sum(gamma * mask[..., None], axis=tuple(range(1, gamma.ndim - 1)))
 
 
+def em_solver(model, problem, level: str):
+    """The batched EM program of an HMM problem (:func:`approxcv.optim.em.batched_em` on
+    :func:`em_parts`, the closed-form M-step where the model has one, tolerance ``EM_TOL``):
+    ``solve(u0s, weights, data, max_steps) -> EMResult``."""
+    return batched_em(*em_parts(model, problem.unravel, level), float(problem.scale), EM_TOL,
+                      m_step=closed_form_m_step(model, problem.unravel, level))
+
+
 class EMFit(NamedTuple):
     """Result of :func:`em_fit`: ``u (D,)``, ``record`` and ``occupancy (K,)`` of a finished
     fit (``u`` is ``None`` when EM hands over to BFGS), and ``steps``: the EM iterations
@@ -137,9 +145,7 @@ def em_fit(model, problem, u0s, seqs, level: str) -> EMFit:
     ``converged = False`` and a NaN gradient norm.
     """
     rows, n = len(u0s), problem.n_units
-    parts = em_parts(model, problem.unravel, level)
-    solve = batched_em(*parts, float(problem.scale), EM_TOL,
-                       m_step=closed_form_m_step(model, problem.unravel, level))
+    solve = em_solver(model, problem, level)
     ones = np.ones((rows, n))
     u0s = np.asarray(u0s, np.float64)
     res = solve(u0s, ones, seqs, EM_MAX_STEPS)

@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .em import EM_MAX_STEPS, EM_TOL, closed_form_m_step, em_parts
-from ...optim.em import batched_em
+from .em import EM_MAX_STEPS, em_solver
 
 #: selection runs when the data have at least this many times ``start_subsample`` steps
 SUBSAMPLE_FACTOR = 4
@@ -88,8 +87,7 @@ def select_starts(model, seqs, level: str, starts: list) -> tuple[list, dict | N
     problem = make_problem(model, sub, starts[0], level=level, checked=True)
     if not model._uses_em(problem):
         return starts, None
-    solve = batched_em(*em_parts(model, problem.unravel, level), float(problem.scale), EM_TOL,
-                       m_step=closed_form_m_step(model, problem.unravel, level))
+    solve = em_solver(model, problem, level)
     u0s = np.stack([flat_params(model, p)[0] for p in starts])
     res = solve(u0s, np.ones((len(starts), problem.n_units)), sub, EM_MAX_STEPS)
     u = np.asarray(res.u)
