@@ -86,13 +86,9 @@ def _run(lanes, u, index, data, n: int, cap: int, full: bool, points: bool, grad
     """One :func:`lane_pass` of the folds ``index (B, m)`` at ``u (B, D)``. Returns
     ``(fold_loss, points, F(u, w_o), grad F(u, w_o) (B, D))``."""
     chunk = _chunk(n)
-    n_chunks = -(-n // chunk)
     index = jnp.sort(index, axis=1)
-    rows = jnp.broadcast_to(jnp.arange(index.shape[0])[:, None], index.shape)
-    pad = n_chunks * chunk - n                  # the series is padded at the front
-    counts = jnp.zeros((index.shape[0], n_chunks), jnp.int32).at[
-        rows, (jnp.minimum(index, n - 1) + pad) // chunk].add((index < n).astype(jnp.int32))
-    ends = jnp.cumsum(counts, axis=1).T
+    ends = jnp.cumsum(chunk_counts(index, n, chunk), axis=1).T
+    pad = -(-n // chunk) * chunk - n            # the series is padded at the front
     x = lanes.series(data)
     x = jnp.concatenate([jnp.broadcast_to(x[:1], (pad,) + x.shape[1:]), x])
     (log_init, log_trans, em), pull = jax.vjp(partial(_per_fold, lanes), u)

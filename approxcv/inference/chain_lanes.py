@@ -59,15 +59,19 @@ class LanePass(NamedTuple):
 
 def chunk_counts(index, n: int, chunk: int):
     """``(B, n_chunks)`` left-out units of each fold in each chunk of ``chunk`` steps of
-    the series padded at the front to whole chunks (NumPy; padding ``>= n`` not counted)."""
+    the series padded at the front to whole chunks (padding ``>= n`` not counted). NumPy
+    for a NumPy ``index`` (``bincount``), else JAX (traceable, ``int32``)."""
     import numpy as np
-    index = np.asarray(index)
+    xp = np if isinstance(index, np.ndarray) else jnp
     n_chunks = -(-n // chunk)
+    rows = xp.broadcast_to(xp.arange(index.shape[0])[:, None], index.shape)
+    cols = (xp.minimum(index, n - 1) + n_chunks * chunk - n) // chunk
     valid = index < n
-    rows = np.broadcast_to(np.arange(index.shape[0])[:, None], index.shape)
-    pad = n_chunks * chunk - n
-    flat = (rows * n_chunks + (np.minimum(index, n - 1) + pad) // chunk)[valid]
-    return np.bincount(flat, minlength=index.shape[0] * n_chunks).reshape(-1, n_chunks)
+    if xp is np:
+        flat = (rows * n_chunks + cols)[valid]
+        return np.bincount(flat, minlength=index.shape[0] * n_chunks).reshape(-1, n_chunks)
+    return jnp.zeros((index.shape[0], n_chunks), jnp.int32).at[rows, cols].add(
+        valid.astype(jnp.int32))
 
 
 def _chunk_positions(index, ends, first_step, chunk: int, cap: int):
