@@ -2,8 +2,8 @@
 and of many folds of it at once with folds in lanes (``approxcv.engine.lanes``).
 
 A mixin of :class:`~approxcv.models.hmm.HMM`: the optional protocol methods with which
-a model offers windows (``Problem.windows``) and lanes (``Problem.lanes``) to the engine. The series outside a window is
-summarised by the full fit's filtered and backward messages
+a model offers windows (``Problem.windows``) and lanes (``Problem.lanes``) to the engine.
+The series outside a window is summarised by the full fit's filtered and backward messages
 (:func:`approxcv.inference.chain.window_heldout_losses`); only models whose emission
 log-likelihood of a step depends on that step's observation alone (``rowwise_emissions``:
 no lags, no absolute time) can evaluate a window from the window's data.
