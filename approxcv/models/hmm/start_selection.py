@@ -79,7 +79,7 @@ def select_starts(model, seqs, level: str, starts: list) -> tuple[list, dict | N
     and ``None`` where selection does not apply."""
     from ...problem import flat_params, make_problem
     steps = model.start_subsample
-    if steps is None or len(starts) < 2:
+    if steps is None or len(starts) < 2 or not model.fit_em:
         return starts, None
     sub = subsample(seqs, level, steps)
     if sub is None:
