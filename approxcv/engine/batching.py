@@ -7,6 +7,7 @@ scatter that drops the padding. Memory is ``O(batch_size * n + n_folds * m)``.
 """
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import jax
@@ -18,7 +19,8 @@ from ..optim.hessian import data_entries
 from .._compile import jit
 
 __all__ = ["fold_weights", "fold_indicator", "fold_points", "map_batches",
-           "heldout_batch_size", "fold_batch_size", "heldout_losses"]
+           "heldout_batch_size", "fold_batch_size", "heldout_losses", "in_chunks",
+           "host_workers"]
 
 
 def fold_weights(index, n: int, dtype=jnp.float64):
@@ -108,27 +110,70 @@ def progress_chunk(n_folds: int, batch_size: int, data, progress: bool,
     return int(min(n_folds, -(-per // batch_size) * batch_size))
 
 
-def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True):
+def host_workers() -> int:
+    """Compiled calls run at once by :func:`in_chunks`: on CPU the cores this process may
+    use (at most :data:`MAX_HOST_WORKERS`), each call being one thread's recursion over
+    time; elsewhere 1 (one accelerator runs one program at a time)."""
+    if jax.default_backend() != "cpu":
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:                      # not on Linux
+        cores = os.cpu_count() or 1
+    return int(max(1, min(cores, MAX_HOST_WORKERS)))
+
+
+#: the most compiled calls :func:`in_chunks` runs at once on CPU
+MAX_HOST_WORKERS = 8
+
+
+def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True, workers: int = 1):
     """``fn(*arrays)`` (each with a leading fold axis; a tuple of fold-indexed outputs)
     computed ``chunk`` folds a call — the last chunk padded with copies of its first row,
     so that every call has one shape and one compiled program — with a tqdm bar (counts
-    and the remaining time) when ``progress``; outputs concatenated as NumPy arrays."""
+    and the remaining time) when ``progress``; outputs concatenated as NumPy arrays.
+
+    ``workers > 1`` runs that many calls at once in threads (a compiled call releases the
+    GIL). The fold recursions these
+    chunks run use one core each on CPU: two workers on two cores took 0.43 s for two
+    chunks of 32 held-out passes that one after another took 0.94 s (T = 200,000)."""
     from tqdm.auto import tqdm
     arrays = [np.asarray(a) for a in arrays]
     n = arrays[0].shape[0]
     if chunk >= n:
         return tuple(np.asarray(o) for o in fn(*(jnp.asarray(a) for a in arrays)))
     outs = None
+
+    def call(start):
+        take = min(chunk, n - start)
+        rows = np.where(np.arange(chunk) < take, start + np.arange(chunk), start)
+        return start, take, [np.asarray(o) for o in fn(*(jnp.asarray(a[rows]) for a in arrays))]
+
+    def write(start, take, out):
+        nonlocal outs
+        if outs is None:            # written in place: no list of parts to concatenate
+            outs = tuple(np.empty((n,) + o.shape[1:], o.dtype) for o in out)
+        for dest, o in zip(outs, out):
+            dest[start:start + take] = o[:take]
+        bar.update(take)
+
+    starts = range(0, n, chunk)
     with tqdm(total=n, desc=desc, unit="fold", disable=not progress, leave=False) as bar:
-        for start in range(0, n, chunk):
-            take = min(chunk, n - start)
-            rows = np.where(np.arange(chunk) < take, start + np.arange(chunk), start)
-            out = [np.asarray(o) for o in fn(*(jnp.asarray(a[rows]) for a in arrays))]
-            if outs is None:        # written in place: no list of parts to concatenate
-                outs = tuple(np.empty((n,) + o.shape[1:], o.dtype) for o in out)
-            for dest, o in zip(outs, out):
-                dest[start:start + take] = o[:take]
-            bar.update(take)
+        if workers <= 1:
+            for start in starts:
+                write(*call(start))
+            return outs
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+        with ThreadPoolExecutor(workers) as pool:
+            pending = set()
+            for start in starts:                # at most ``workers`` chunks in flight
+                pending.add(pool.submit(call, start))
+                if len(pending) >= workers:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        write(*f.result())
+            for f in pending:
+                write(*f.result())
     return outs
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._compile import jit
 from ..inference.chain_lanes import chunk_counts, lane_pass, normaliser_floor, safe_block
-from .batching import in_chunks
+from .batching import host_workers, in_chunks
 
 __all__ = ["use_lanes", "lane_batch_size", "lanes_heldout_losses", "lanes_fold_losses",
            "lanes_chord_steps",
@@ -33,7 +33,8 @@ __all__ = ["use_lanes", "lane_batch_size", "lanes_heldout_losses", "lanes_fold_l
 #: folds x series length above which folds go in lanes (below it the per-fold passes are
 #: cheap; tests lower it to exercise the lanes on small series)
 LANES_MIN_WORK = 2 ** 18
-#: bytes a batch of folds in lanes may hold (sets the folds per batch, :func:`lane_batch_size`)
+#: bytes the batches of folds in lanes running at once may hold together (sets the folds
+#: per batch, :func:`lane_batch_size`)
 LANES_MEMORY = 2 ** 29
 #: steps per chunk of the series (emissions and forward messages are held a chunk at a time)
 LANES_CHUNK = 1024
@@ -137,19 +138,24 @@ def _chord(lanes, chol, u, index, data, n: int, cap: int, block: int):
 
 def _batches(problem, params, index, batch_size, memory, progress, desc, call):
     """``call(u, index, cap, block)`` over batches of folds (the last padded), NumPy
-    outputs; ``block``: normalisers per ``log`` where the parameters make that safe
+    outputs, one batch per core at once (:func:`~approxcv.engine.batching.host_workers`;
+    the memory budget is shared among them, and the folds are split into at least as many
+    batches as workers); ``block``: normalisers per ``log`` where the parameters make that safe
     (:func:`~approxcv.inference.chain_lanes.safe_block`)."""
     index = np.asarray(index)
     n, m = problem.n_units, index.shape[1]
     cap = _layout(index, n)
     k = int(jax.eval_shape(lambda u: problem.lanes.potentials(u)[0],
                            problem.u_full).shape[0])
-    size = int(batch_size or lane_batch_size(n, m, k, cap, len(index), memory))
+    workers = host_workers()
+    budget = (LANES_MEMORY if memory is None else memory) // workers
+    size = int(batch_size or lane_batch_size(n, m, k, cap, -(-len(index) // workers),
+                                             budget))
     params = np.asarray(params)
     block = safe_block(float(_floor(problem.lanes, jnp.asarray(params))))
     block = block if _chunk(n) % block == 0 else 1
     return in_chunks(lambda u, i: call(u, i, cap, block), (params, index), size, desc,
-                     progress)
+                     progress, workers)
 
 
 def lanes_heldout_losses(problem, params_flat, index, batch_size: int | None = None,

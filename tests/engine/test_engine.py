@@ -259,3 +259,20 @@ def test_a_long_per_fold_stage_runs_in_chunks_with_the_same_losses(monkeypatch):
     np.testing.assert_allclose(chunked.fold_loss, whole.fold_loss, rtol=1e-12)
     np.testing.assert_allclose(chunked.diagnostics["error_estimate"],
                                whole.diagnostics["error_estimate"], rtol=1e-8, atol=1e-14)
+
+
+def test_chunks_run_in_threads_land_in_fold_order():
+    """:func:`in_chunks` with several workers: the same outputs, in fold order, as one after
+    another (chunks finish out of order; the last one is padded)."""
+    import time
+    from approxcv.engine.batching import in_chunks
+
+    def fn(u, i):
+        time.sleep(0.002 * float(np.asarray(i)[0] % 3))    # later chunks may finish first
+        return np.asarray(u) * 2.0, np.asarray(i) + 1
+    u, i = np.arange(22.0).reshape(11, 2), np.arange(11)
+    one = in_chunks(fn, (u, i), 3, "test", progress=False)
+    many = in_chunks(fn, (u, i), 3, "test", progress=False, workers=3)
+    for a, b in zip(one, many):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(many[1], i + 1)
