@@ -89,22 +89,24 @@ def fold_points(fold, points, idx, local, n: int, single: bool):
     return fold, points.at[local].get(mode="fill", fill_value=0.0)
 
 
-#: a per-fold stage whose work (folds x data entries) exceeds this runs in chunks of folds
-#: with a progress bar and an estimate of the remaining time (when ``progress``)
+#: a per-fold stage whose work (folds x data entries) exceeds this runs in chunks of folds:
+#: one core each at once (:func:`in_chunks`), and a progress bar with an estimate of the
+#: remaining time when ``progress``
 PROGRESS_WORK = 2 ** 28
 #: about this many chunks then
 PROGRESS_CHUNKS = 40
 
 
-def progress_chunk(n_folds: int, batch_size: int, data, progress: bool,
+def progress_chunk(n_folds: int, batch_size: int, data, progress: bool = True,
                    work_per_fold: int | None = None) -> int:
-    """Folds per compiled call of a per-fold stage: all of them, or — with ``progress``
-    and more than :data:`PROGRESS_WORK` folds x ``work_per_fold`` (default: the data
-    entries, leave-one-out on a long series being every fold a pass over all the data) —
-    a multiple of ``batch_size`` giving about :data:`PROGRESS_CHUNKS` calls, so that a bar
-    can move."""
+    """Folds per compiled call of a per-fold stage: all of them, or — with more than
+    :data:`PROGRESS_WORK` folds x ``work_per_fold`` (default: the data entries,
+    leave-one-out on a long series being every fold a pass over all the data) — a multiple
+    of ``batch_size`` giving about :data:`PROGRESS_CHUNKS` calls, so that the cores share
+    them and a bar can move. (``progress`` is no longer consulted: the chunks are run in
+    parallel with or without a bar.)"""
     work = data_entries(data) if work_per_fold is None else work_per_fold
-    if not progress or n_folds * max(work, 1) <= PROGRESS_WORK:
+    if n_folds * max(work, 1) <= PROGRESS_WORK:
         return n_folds
     per = max(1, -(-n_folds // PROGRESS_CHUNKS))
     return int(min(n_folds, -(-per // batch_size) * batch_size))
@@ -127,14 +129,15 @@ def host_workers() -> int:
 MAX_HOST_WORKERS = 8
 
 
-def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True, workers: int = 1):
+def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True,
+              workers: int | None = None):
     """``fn(*arrays)`` (each with a leading fold axis; a tuple of fold-indexed outputs)
     computed ``chunk`` folds a call — the last chunk padded with copies of its first row,
     so that every call has one shape and one compiled program — with a tqdm bar (counts
     and the remaining time) when ``progress``; outputs concatenated as NumPy arrays.
 
-    ``workers > 1`` runs that many calls at once in threads (a compiled call releases the
-    GIL). The fold recursions these
+    ``workers`` calls run at once in threads (default :func:`host_workers`; a compiled call
+    releases the GIL). The fold recursions these
     chunks run use one core each on CPU: two workers on two cores took 0.43 s for two
     chunks of 32 held-out passes that one after another took 0.94 s (T = 200,000)."""
     from tqdm.auto import tqdm
@@ -143,6 +146,7 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True, workers:
     if chunk >= n:
         return tuple(np.asarray(o) for o in fn(*(jnp.asarray(a) for a in arrays)))
     outs = None
+    workers = host_workers() if workers is None else workers
 
     def call(start):
         take = min(chunk, n - start)
