@@ -83,7 +83,8 @@ def newton_tune(u0, rho0, design, y, aux, loss_fn, penalty_fn, max_iter: int = 3
         lam = jnp.exp(rho)
         res = newton_minimize(
             lambda v, a: jnp.sum(loss_fn(design @ v, y)) + penalty_fn(v, lam, aux),
-            lax.stop_gradient(u_start), max_steps=REFIT_STEPS, scale=float(n))
+            lax.stop_gradient(u_start), max_steps=REFIT_STEPS, scale=float(n),
+            hess=lambda v, a: _hessian(v, lam, design, y, aux, loss_fn, penalty_fn)[1])
         return res.u, res.converged
 
     def acv_of_rho(rho, u_hat):

@@ -202,7 +202,7 @@ def polish_rows(fun, res: MinimizeResult, weights, data, scale: float, num_steps
 
 
 def newton_minimize(fun, u0, args=None, *, max_steps: int = 30, scale: float = 1.0,
-                    gtol: float = GTOL, max_tries: int = 40) -> MinimizeResult:
+                    gtol: float = GTOL, max_tries: int = 40, hess=None) -> MinimizeResult:
     """Minimise ``fun(u, args)`` by damped (Levenberg-Marquardt) Newton with a dense Hessian.
 
     Each step factors ``H + mu I`` by Cholesky, ``d = (H + mu I)^{-1} g``, and accepts
@@ -226,6 +226,9 @@ def newton_minimize(fun, u0, args=None, *, max_steps: int = 30, scale: float = 1
         scale: positive constant dividing the objective (e.g. the number of units).
         gtol: converged when ``||grad F|| / scale <= gtol`` at the end.
         max_tries: damping values tried per step.
+        hess: optional ``hess(u, args) -> d2 fun / du2`` ``(D, D)`` from the model's own
+            structure (a GLM's ``A^T diag(phi'') A``: a much smaller program than
+            :func:`~approxcv.optim.hessian.hessian_by_hvp`'s ``D`` tangents, the default).
 
     Returns:
         :class:`MinimizeResult` (``num_steps`` counts Newton steps).
@@ -234,7 +237,10 @@ def newton_minimize(fun, u0, args=None, *, max_steps: int = 30, scale: float = 1
         return fun(u, args) / scale
 
     value_and_grad = jax.value_and_grad(scaled)
-    hess = lambda u: hessian_by_hvp(lambda x, a: fun(x, a) / scale, u, args)  # noqa: E731
+    if hess is None:
+        hessian = lambda u: hessian_by_hvp(lambda x, a: fun(x, a) / scale, u, args)  # noqa: E731
+    else:
+        hessian = lambda u: hess(u, args) / scale  # noqa: E731
 
     def _damped_step(u, f0, g, h, mu0):
         """Smallest ``mu`` on the ladder ``mu0, 10 mu0, ...`` giving a sufficient decrease."""
@@ -275,7 +281,7 @@ def newton_minimize(fun, u0, args=None, *, max_steps: int = 30, scale: float = 1
         """One damped Newton step (one Hessian)."""
         u, mu, k, _ = state
         f0, g = value_and_grad(u)
-        d, slope, ok, mu = _damped_step(u, f0, g, hess(u), mu)
+        d, slope, ok, mu = _damped_step(u, f0, g, hessian(u), mu)
         done = (~ok) | (slope <= 1e-20)
         return u - d, mu, k + 1, done
 
