@@ -1,4 +1,5 @@
-"""``jit``: ``jax.jit`` with approxcv's XLA compile options, resolved at the first call.
+"""``jit``: ``jax.jit`` with approxcv's XLA compile options, resolved at the first call;
+``host_workers``: how many compiled programs approxcv runs at once in threads.
 
 On CPU every approxcv program is compiled with XLA's classic elemental emitters
 (``xla_cpu_use_fusion_emitters=False``). approxcv's programs are loop-heavy — scans over
@@ -16,6 +17,7 @@ defined, so importing approxcv does not initialise a JAX backend.
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 
@@ -55,4 +57,24 @@ def jit(fun=None, **jit_kwargs):
     return call
 
 
-__all__ = ["compiler_options", "jit"]
+def host_workers() -> int:
+    """Compiled programs approxcv runs at once in threads (chunks of folds,
+    :func:`approxcv.engine.batching.in_chunks`; parts of a long Hessian sweep,
+    :func:`approxcv.optim.newton.parallel_value_and_derivatives`): on CPU the cores this
+    process may use (at most :data:`MAX_HOST_WORKERS`), as each such program — a recursion
+    over time — runs on one core; elsewhere 1 (one accelerator runs one program at a
+    time)."""
+    if jax.default_backend() != "cpu":
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:                      # not on Linux
+        cores = os.cpu_count() or 1
+    return int(max(1, min(cores, MAX_HOST_WORKERS)))
+
+
+#: the most compiled programs run at once on CPU (:func:`host_workers`)
+MAX_HOST_WORKERS = 8
+
+
+__all__ = ["compiler_options", "jit", "host_workers", "MAX_HOST_WORKERS"]

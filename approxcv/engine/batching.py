@@ -16,11 +16,10 @@ import numpy as np
 from jax import lax
 
 from ..optim.hessian import data_entries
-from .._compile import jit
+from .._compile import host_workers, jit
 
 __all__ = ["fold_weights", "fold_indicator", "fold_points", "map_batches",
-           "heldout_batch_size", "fold_batch_size", "heldout_losses", "in_chunks",
-           "host_workers"]
+           "heldout_batch_size", "fold_batch_size", "heldout_losses", "in_chunks"]
 
 
 def fold_weights(index, n: int, dtype=jnp.float64):
@@ -110,23 +109,6 @@ def progress_chunk(n_folds: int, batch_size: int, data, progress: bool = True,
         return n_folds
     per = max(1, -(-n_folds // PROGRESS_CHUNKS))
     return int(min(n_folds, -(-per // batch_size) * batch_size))
-
-
-def host_workers() -> int:
-    """Compiled calls run at once by :func:`in_chunks`: on CPU the cores this process may
-    use (at most :data:`MAX_HOST_WORKERS`), each call being one thread's recursion over
-    time; elsewhere 1 (one accelerator runs one program at a time)."""
-    if jax.default_backend() != "cpu":
-        return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:                      # not on Linux
-        cores = os.cpu_count() or 1
-    return int(max(1, min(cores, MAX_HOST_WORKERS)))
-
-
-#: the most compiled calls :func:`in_chunks` runs at once on CPU
-MAX_HOST_WORKERS = 8
 
 
 def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True,

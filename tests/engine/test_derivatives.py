@@ -73,3 +73,32 @@ def test_a_sweep_over_the_memory_budget_runs_in_chunks_with_the_same_ij(monkeypa
                                problem.u_full.size) == 2
     chunked = acv.cross_validate(model, x, folds, "ij", **kw)
     np.testing.assert_allclose(chunked.fold_loss, whole.fold_loss, rtol=1e-10)
+
+
+def test_sweep_shared_among_cores_equals_one_sweep(monkeypatch):
+    """Long data on a CPU with several cores: the sweep's tangents are split among threads
+    (``optim.newton.parallel_value_and_derivatives``, parts padded to one size); the same
+    ``(F, g, H, J)`` as one sweep."""
+    from approxcv.optim import newton
+    x = simulate_poisson_hmm(40, seed=3)
+    model = acv.models.PoissonHMM(2, n_init=1)
+    problem = acv.make_problem(model, x, model.fit(x))
+    u, w = jnp.asarray(problem.u_full), jnp.ones(problem.n_units)
+    for jacobian in (True, False):
+        one = newton._compiled_derivatives()(problem.fun, u, w, problem.data, jacobian)
+        for workers in (2, 3):                  # D = 5: parts of 3 and of 2 (one padded)
+            got = newton.parallel_value_and_derivatives(problem.fun, u, w, problem.data,
+                                                        jacobian, workers)
+            for a, b in zip(got, one):
+                if b is None:
+                    assert a is None
+                else:
+                    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    calls = []
+    real = newton.parallel_value_and_derivatives
+    monkeypatch.setattr(newton, "PARALLEL_SWEEP_MIN_UNITS", 0)
+    monkeypatch.setattr(newton, "host_workers", lambda: 2)
+    monkeypatch.setattr(newton, "parallel_value_and_derivatives",
+                        lambda *a: calls.append(a[-1]) or real(*a))
+    newton.value_and_derivatives(problem.fun, u, w, problem.data, True)
+    assert calls == [2]
