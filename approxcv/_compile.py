@@ -63,9 +63,17 @@ def host_workers() -> int:
     :func:`approxcv.optim.newton.parallel_value_and_derivatives`): on CPU the cores this
     process may use (at most :data:`MAX_HOST_WORKERS`), as each such program — a recursion
     over time — runs on one core; elsewhere 1 (one accelerator runs one program at a
-    time)."""
+    time). The environment variable ``APPROXCV_THREADS`` sets it on CPU (``1``: one program
+    at a time, e.g. on a machine shared with other jobs)."""
     if jax.default_backend() != "cpu":
         return 1
+    if os.environ.get("APPROXCV_THREADS"):          # the user's limit (1: one at a time)
+        try:
+            return int(max(1, int(os.environ["APPROXCV_THREADS"])))
+        except ValueError:
+            from .errors import InvalidArgumentError
+            raise InvalidArgumentError("APPROXCV_THREADS must be a positive integer, got "
+                             f"{os.environ['APPROXCV_THREADS']!r}") from None
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:                      # not on Linux

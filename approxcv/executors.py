@@ -33,6 +33,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from ._compile import host_workers
 from .errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["run_batches", "is_dask_client", "to_numpy"]
@@ -134,15 +135,20 @@ def _submit_dask(client, payload: bytes, batches, desc: str):
 
 
 def run_batches(task, batches, executor=None, progress: bool = True, desc: str = "exact CV",
-                sizes=None, on_result=None):
+                sizes=None, on_result=None, threads: bool = False):
     """Run ``task(*batch)`` for every ``batch`` in ``batches`` and return results in order.
 
     Args:
         task: callable returning the result of one batch.
         batches: list of argument tuples.
-        executor: ``None`` (in process, sequential batches), a
-            ``concurrent.futures.Executor``, a Dask ``distributed.Client`` (it must have
-            workers), or any object with ``submit``.
+        executor: ``None`` (in process), a ``concurrent.futures.Executor``, a Dask
+            ``distributed.Client`` (it must have workers), or any object with ``submit``.
+        threads: in process, run the batches on a pool of
+            :func:`~approxcv._compile.host_workers` threads (a compiled batch releases the
+            GIL; one core each) instead of one after another. Exact CV's refits do: 96
+            folds of a PoissonHMM(3) on 2,000 counts took 2.9-3.1 s on two cores against
+            5.5-5.7 s one batch after another, the same numbers (1.6x on two Dask worker
+            processes). Each thread holds a batch: memory grows with the workers.
         progress: show a tqdm bar counting units (``sizes[i]`` per batch) or batches.
         on_result: optional ``on_result(index, result)`` called as each batch finishes
             (used for checkpointing), in submission order.
@@ -153,6 +159,10 @@ def run_batches(task, batches, executor=None, progress: bool = True, desc: str =
     sizes = [1] * len(batches) if sizes is None else list(sizes)
     bar = tqdm(total=sum(sizes), desc=desc, disable=not progress, leave=False)
     results = []
+    pool = None
+    if executor is None and threads and len(batches) > 1 and host_workers() > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        executor = pool = ThreadPoolExecutor(host_workers())
     if executor is None or not batches:
         futures = None
     elif is_dask_client(executor):
@@ -174,4 +184,6 @@ def run_batches(task, batches, executor=None, progress: bool = True, desc: str =
         raise
     finally:
         bar.close()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     return results

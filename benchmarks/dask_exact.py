@@ -3,7 +3,10 @@
 A 3-state Poisson HMM on the first 2,000 call-volume counts, exact CV of 96 i.i.d. folds
 leaving out 10 % (two restarts per fold: 48 batches of 2 folds x 3 starts), run
 
-* ``in_process``: ``executor=None``; the first call compiles;
+* ``in_process``: ``executor=None`` with ``APPROXCV_THREADS=1`` (one batch after another, the
+  baseline Dask is measured against); the first call compiles;
+* ``in_process_threads``: ``executor=None`` with approxcv's default, one batch per core at
+  once in threads (:func:`approxcv.executors.run_batches`);
 * ``dask``: ``executor=Client(LocalCluster(n_workers=2, threads_per_worker=1,
   processes=True))``; the first call makes every worker unpickle the task and compile the
   refit;
@@ -59,6 +62,7 @@ def _half(args):
     """In-process exact CV of one half of the folds, in its own process: warm-up, then
     wait for the other half's process and time one call; returns the seconds."""
     half, params, barrier, quick = args
+    os.environ["APPROXCV_THREADS"] = "1"
     x = acv.datasets.load_calls(T)
     model = acv.models.PoissonHMM(STATES)
     folds = acv.folds.iid(T, FRAC, N_FOLDS // 4 if quick else N_FOLDS, seed=0)
@@ -98,14 +102,20 @@ def main(quick: bool) -> dict:
     folds = acv.folds.iid(T, FRAC, N_FOLDS // 4 if quick else N_FOLDS, seed=0)
     repeats = 1 if quick else REPEATS
 
-    def exact(executor=None):
-        return acv.cross_validate(model, x, folds, "exact", params=params, progress=False,
-                                  executor=executor)
+    def exact(executor=None, threads=False):
+        """Exact CV; in process one batch at a time unless ``threads``."""
+        os.environ["APPROXCV_THREADS"] = "" if threads else "1"
+        try:
+            return acv.cross_validate(model, x, folds, "exact", params=params,
+                                      progress=False, executor=executor)
+        finally:
+            os.environ.pop("APPROXCV_THREADS", None)
 
     env = {"XLA_FLAGS": " ".join(filter(None, [os.environ.get("XLA_FLAGS"), WORKER_XLA_FLAGS]))}
-    seconds = {"in_process_warm": [], "dask_warm": []}
+    seconds = {"in_process_warm": [], "in_process_threads_warm": [], "dask_warm": []}
     load = [os.getloadavg()]
     local, seconds["in_process_first"] = seconds_of(exact)
+    threaded = exact(threads=True)
     t = time.perf_counter()
     with LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
                       dashboard_address=":0", env=env) as cluster, Client(cluster) as client:
@@ -114,15 +124,20 @@ def main(quick: bool) -> dict:
         dask, seconds["dask_first"] = seconds_of(lambda: exact(client))
         for _ in range(repeats):     # alternate, so that both sides see the same load
             local, t_local = seconds_of(exact)
+            threaded, t_threads = seconds_of(lambda: exact(threads=True))
             dask, t_dask = seconds_of(lambda: exact(client))
             seconds["in_process_warm"].append(t_local)
+            seconds["in_process_threads_warm"].append(t_threads)
             seconds["dask_warm"].append(t_dask)
             load.append(os.getloadavg())
-            print(f"in process {t_local:.2f} s, Dask {t_dask:.2f} s, load {load[-1][0]:.2f}",
-                  flush=True)
+            print(f"in process {t_local:.2f} s, threads {t_threads:.2f} s, Dask {t_dask:.2f} s,"
+                  f" load {load[-1][0]:.2f}", flush=True)
         unpickles = client.run(lambda: sum(acv.executors.WORKER_UNPICKLES.values()))
     ratio = statistics.median(seconds["in_process_warm"]) / statistics.median(seconds["dask_warm"])
-    print(f"in-process warm / Dask warm: {ratio:.2f}x (target 1.6x)")
+    threads_ratio = (statistics.median(seconds["in_process_warm"])
+                     / statistics.median(seconds["in_process_threads_warm"]))
+    print(f"in-process warm / Dask warm: {ratio:.2f}x (target 1.6x); "
+          f"in process, threads: {threads_ratio:.2f}x")
     ceiling = two_process_ceiling(params, statistics.median(seconds["in_process_warm"]), quick)
     print(f"two plain processes on the two halves: {ceiling['ceiling_ratio']:.2f}x")
     return {"problem": {"model": f"PoissonHMM({STATES})", "data": f"load_calls({T})",
@@ -132,11 +147,14 @@ def main(quick: bool) -> dict:
             "seconds": {k: [round(s, 3) for s in v] if isinstance(v, list) else round(v, 3)
                         for k, v in seconds.items()},
             "ratio_in_process_to_dask_warm": round(ratio, 4), "target_ratio": 1.6,
+            "ratio_in_process_to_threads_warm": round(threads_ratio, 4),
             "two_process_ceiling": ceiling,
             "dask_share_of_ceiling": round(ratio / ceiling["ceiling_ratio"], 4),
             "task_unpickles_per_worker": unpickles,
             "max_abs_fold_loss_difference": float(np.max(np.abs(dask.fold_loss
                                                                 - local.fold_loss))),
+            "max_abs_fold_loss_difference_threads": float(np.max(np.abs(
+                threaded.fold_loss - local.fold_loss))),
             "machine": {"cpus": os.cpu_count(),
                         "load_average_1_5_15min": [list(v) for v in load]},
             "note": "wall-clock seconds of cross_validate(method='exact'); warm calls "

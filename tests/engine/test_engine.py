@@ -276,3 +276,27 @@ def test_chunks_run_in_threads_land_in_fold_order():
     for a, b in zip(one, many):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(many[1], i + 1)
+
+
+def test_exact_refits_in_threads_equal_one_batch_after_another(monkeypatch):
+    """In process, exact CV runs its batches of refits one per core in threads; the numbers
+    are those of one batch after another (``APPROXCV_THREADS=1``)."""
+    import approxcv as acv
+    from approxcv._compile import host_workers
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    data = (X, X @ np.array([1.0, -1.0, 0.5]) + rng.normal(size=40))
+    model = acv.models.Ridge(1.0)
+    kw = dict(params=model.fit(data), progress=False, warn=False, exact_batch_size=2)
+    folds = acv.folds.kfold(40, 8)                               # 4 batches
+    monkeypatch.setenv("APPROXCV_THREADS", "1")
+    assert host_workers() == 1
+    one = acv.cross_validate(model, data, folds, "exact", **kw)
+    monkeypatch.setenv("APPROXCV_THREADS", "3")
+    assert host_workers() == 3
+    many = acv.cross_validate(model, data, folds, "exact", **kw)
+    np.testing.assert_array_equal(many.fold_loss, one.fold_loss)
+    np.testing.assert_array_equal(many.params_flat, one.params_flat)
+    monkeypatch.setenv("APPROXCV_THREADS", "none")
+    with pytest.raises(acv.errors.InvalidArgumentError, match="APPROXCV_THREADS"):
+        host_workers()

@@ -20,7 +20,8 @@ matrix-free path (L-BFGS, large ``D``) and a model's own solver keep the identit
 Refits never solve with ``H``: ``params`` at which it is indefinite are accepted and its
 state is recorded (``hessian_min_eig``, ``hessian_pd``), never raised.
 
-Refits run in batches of folds (one ``jit(vmap)`` each) through the executor seam, and
+Refits run in batches of folds (one ``jit(vmap)`` each) through the executor seam — in
+process, one batch per core at once in threads (:func:`approxcv.executors.run_batches`) — and
 finished batches are appended to a checkpoint bound to every input that determines them
 (:mod:`approxcv.engine.checkpoint`); the cross-fold phase runs once every batch is done and
 appends each improved record (a checkpoint keeps a fold's lowest-objective record).
@@ -242,7 +243,8 @@ def exact(problem, folds, options):
         save(new)
 
     run_batches(task, batches, executor=options.executor, progress=options.progress,
-                desc="exact CV", sizes=[len(g) for g in groups], on_result=record)
+                desc="exact CV", sizes=[len(g) for g in groups], on_result=record,
+                threads=True)
     rec = {f: np.stack([np.asarray(done[fid][f]) for fid in ids]) for f in done[ids[0]]}
 
     def refit_from(u0s, positions):
@@ -253,7 +255,7 @@ def exact(problem, folds, options):
         outs = run_batches(task, [(u0s[c], weights_of(positions[c]), problem.data)
                                   for c in chunks], executor=options.executor,
                            progress=options.progress, desc="exact CV (cross-fold starts)",
-                           sizes=[len(c) for c in chunks])
+                           sizes=[len(c) for c in chunks], threads=True)
         return {f: np.concatenate([o[f] for o in outs]) for f in outs[0]}
 
     index = folds.padded()
