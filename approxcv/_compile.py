@@ -69,11 +69,15 @@ def host_workers() -> int:
         return 1
     if os.environ.get("APPROXCV_THREADS"):          # the user's limit (1: one at a time)
         try:
-            return int(max(1, int(os.environ["APPROXCV_THREADS"])))
+            threads = int(os.environ["APPROXCV_THREADS"])
+            if threads < 1:
+                raise ValueError
+            return threads
         except ValueError:
             from .errors import InvalidArgumentError
-            raise InvalidArgumentError("APPROXCV_THREADS must be a positive integer, got "
-                             f"{os.environ['APPROXCV_THREADS']!r}") from None
+            raise InvalidArgumentError(
+                "APPROXCV_THREADS must be a positive integer, got "
+                f"{os.environ['APPROXCV_THREADS']!r}") from None
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:                      # not on Linux
