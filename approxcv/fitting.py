@@ -16,7 +16,8 @@ import numpy as np
 from .errors import ConvergenceWarning, FitError
 from .optim import MAX_DENSE_DIM, MinimizeResult
 
-__all__ = ["best_start", "perturbation_restarts", "padded", "pad_rows", "fit_method",
+__all__ = ["best_start", "perturbation_restarts", "padded", "pad_rows", "rows_in_threads",
+           "fit_method",
            "MAX_PERTURB_ROUNDS"]
 
 #: most rounds of :func:`perturbation_restarts`
@@ -36,15 +37,50 @@ def pad_rows(rows: int, *arrays):
                  for a in map(np.asarray, arrays))
 
 
-def padded(solve, rows: int, data):
+def padded(solve, rows: int, data, threads: bool = False):
     """``solve(u0s, weights, data)`` as ``run(u0s (m, D), weights (m, n))`` on batches padded
     to ``rows`` rows (repeating the last), so that every batch of a fit has one shape and
-    the optimiser compiles once; results are NumPy arrays of the ``m`` real rows."""
+    the optimiser compiles once; results are NumPy arrays of the ``m`` real rows. With
+    ``threads`` the rows are shared among the cores (:func:`rows_in_threads`)."""
     def run(u0s, weights):
         m = len(u0s)
-        res = solve(*pad_rows(rows, u0s, weights), data)
+        args = pad_rows(rows, u0s, weights)
+        res = rows_in_threads(solve, args, data) if threads else solve(*args, data)
         return MinimizeResult(*(np.asarray(x)[:m] for x in res))
     return run
+
+
+def rows_in_threads(solve, row_args, *shared, workers: int | None = None):
+    """``solve(*row_args, *shared)`` with the rows (the leading axis of every array of
+    ``row_args``) split into ``workers`` equal groups (default
+    :func:`~approxcv._compile.host_workers`, at most one per row; the last group padded by
+    repeating its last row, so that one program serves every group), each solved in a
+    thread of its own; the results (a pytree whose leaves all have the row axis first)
+    concatenated and trimmed to the rows, as NumPy arrays.
+
+    For optimisers that run their rows one after another on CPU (an HMM's starts,
+    ``batch_rows="map"``): each group is then a program on one core. A GaussianHMM(3) on
+    1,500 steps (4 starts, EM then BFGS) fitted in 0.13-0.15 s against 0.24-0.28 s with
+    the starts in one program, on two cores.
+    """
+    import jax
+
+    from ._compile import host_workers
+    args = [np.asarray(a) for a in row_args]
+    m = len(args[0])
+    workers = min(host_workers() if workers is None else workers, m)
+    if workers <= 1:
+        return jax.tree_util.tree_map(np.asarray, solve(*args, *shared))
+    size = -(-m // workers)
+    args = pad_rows(size * workers, *args)
+    from concurrent.futures import ThreadPoolExecutor
+
+    def group(i):
+        return jax.tree_util.tree_map(
+            np.asarray, solve(*(a[i * size:(i + 1) * size] for a in args), *shared))
+    with ThreadPoolExecutor(workers) as pool:
+        parts = list(pool.map(group, range(workers)))
+    return jax.tree_util.tree_map(lambda *p: np.concatenate(p)[:m], *parts)
 
 
 def best_start(res, name: str, limit: str, **record):

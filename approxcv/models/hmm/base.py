@@ -258,7 +258,8 @@ class HMM(ChainWindows, Model):
                                    em.occupancy)
         solve, limit = self._fit_solver(obj.fun, obj.scale, obj.u_full.size)
         # one batch shape for the starts and the perturbation rounds: one compilation
-        solve = padded(solve, max(len(starts), self.n_perturb), seqs)
+        solve = padded(solve, max(len(starts), self.n_perturb), seqs,
+                       threads=self.batch_rows == "map")
         if finished:
             best_u, self.fit_result_ = em.u, em.record
         else:       # BFGS from the starts (EM, if it ran, did not finish)

@@ -9,7 +9,8 @@ the E-step is forward-backward (the gradient of ``log Z`` in ``phi``), the M-ste
 model's closed form where it has one (:meth:`HMM._emission_m_step`: Gaussian, Poisson,
 categorical emissions), else a damped Newton step on the expected complete-data objective.
 
-:func:`em_fit` runs EM from every start in one compiled batched loop, then exact Newton
+:func:`em_fit` runs EM from every start in one compiled batched loop (on CPU a group of
+starts per core, :func:`approxcv.fitting.rows_in_threads`), then exact Newton
 steps on ``F`` from the best EM point (:func:`~approxcv.optim.newton.newton_polish`, on the
 ``(F, g, H, J)`` program the IJ reuses). When EM has not converged from every start, or
 the polished gradient is not below the fit's tolerance, :meth:`HMM.fit` fits by BFGS +
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...inference import chain
+from ...fitting import rows_in_threads
 from ...optim.em import batched_em
 from ...optim.newton import newton_polish
 from ...optim.quasi_newton import GTOL
@@ -146,9 +148,11 @@ def em_fit(model, problem, u0s, seqs, level: str) -> EMFit:
     """
     rows, n = len(u0s), problem.n_units
     solve = em_solver(model, problem, level)
+    # starts in sequence within a program (CPU): one group of them per core
+    workers = None if getattr(model, "batch_rows", "map") == "map" else 1
     ones = np.ones((rows, n))
     u0s = np.asarray(u0s, np.float64)
-    res = solve(u0s, ones, seqs, EM_MAX_STEPS)
+    res = rows_in_threads(solve, (u0s, ones), seqs, EM_MAX_STEPS, workers=workers)
     values = np.where(np.isfinite(np.asarray(res.value)), np.asarray(res.value), np.inf)
     finite = np.isfinite(values) & np.all(np.isfinite(np.asarray(res.u)), axis=1)
     steps = np.asarray(res.num_steps)
@@ -163,7 +167,8 @@ def em_fit(model, problem, u0s, seqs, level: str) -> EMFit:
     if not (np.isfinite(value) and grad_norm <= GTOL * scale):
         return handover
     # E-step statistics at the polished point (0 EM iterations; same batch shape)
-    at_fit = solve(np.repeat(u[None], rows, 0), ones, seqs, 0)
+    at_fit = rows_in_threads(solve, (np.repeat(u[None], rows, 0), ones), seqs, 0,
+                             workers=workers)
     values[best] = value
     converged = np.zeros(rows, bool)
     converged[best] = True
