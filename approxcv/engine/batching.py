@@ -95,14 +95,13 @@ PROGRESS_WORK = 2 ** 28
 PROGRESS_CHUNKS = 40
 
 
-def progress_chunk(n_folds: int, batch_size: int, data, progress: bool = True,
+def progress_chunk(n_folds: int, batch_size: int, data,
                    work_per_fold: int | None = None) -> int:
     """Folds per compiled call of a per-fold stage: all of them, or — with more than
     :data:`PROGRESS_WORK` folds x ``work_per_fold`` (default: the data entries,
     leave-one-out on a long series being every fold a pass over all the data) — a multiple
     of ``batch_size`` giving about :data:`PROGRESS_CHUNKS` calls, so that the cores share
-    them and a bar can move. (``progress`` is no longer consulted: the chunks are run in
-    parallel with or without a bar.)"""
+    them and a bar (when one is shown) can move."""
     work = data_entries(data) if work_per_fold is None else work_per_fold
     if n_folds * max(work, 1) <= PROGRESS_WORK:
         return n_folds
@@ -186,7 +185,7 @@ def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
     """
     def full(params, idx):
         size = int(batch_size or fold_batch_size(problem, len(idx)))
-        chunk = progress_chunk(len(idx), size, problem.data, progress)
+        chunk = progress_chunk(len(idx), size, problem.data)
         return in_chunks(lambda p, i: _heldout(problem.heldout, p, i, problem.data,
                                                problem.n_units, size),
                          (params, idx), chunk, "held-out losses", progress)

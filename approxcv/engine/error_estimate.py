@@ -133,7 +133,7 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
     if chol is not None:
         def full(p_rows, idx_rows):
             batch = int(options.batch_size or fold_batch_size(problem, len(idx_rows)))
-            chunk = progress_chunk(len(idx_rows), batch, problem.data, options.progress)
+            chunk = progress_chunk(len(idx_rows), batch, problem.data)
             return in_chunks(lambda p, i: ij_chord_steps(problem.fun, chol, p, i,
                                                          problem.data, problem.n_units,
                                                          batch),

@@ -143,7 +143,7 @@ def windowed_heldout_losses(problem, params_flat, index, progress: bool = False,
     def losses(rows, half):
         length, starts = _window_layout(lo[rows], span, half, n)
         batch = int(max(1, min(len(rows), WINDOW_BATCH_STEPS // length)))
-        chunk = progress_chunk(len(rows), batch, None, progress, work_per_fold=length)
+        chunk = progress_chunk(len(rows), batch, None, work_per_fold=length)
         return in_chunks(lambda p, i, s: _window_pass(windows.heldout, p, i, s,
                                                       windows.context, problem.data, n,
                                                       length, batch),
@@ -266,7 +266,7 @@ def taylor_chord_steps(problem, params, index, chol, exact_steps, progress: bool
     def corrections(rows, half):
         length, starts = _window_layout(lo[rows], span, half, n)
         batch = int(max(1, min(len(rows), WINDOW_BATCH_STEPS // (length * max(dim, 1)))))
-        chunk = progress_chunk(len(rows), batch, None, progress, work_per_fold=length * dim)
+        chunk = progress_chunk(len(rows), batch, None, work_per_fold=length * dim)
         return in_chunks(lambda p, i, s: _taylor_chord_steps(
             windows.heldout, chol, problem.u_full, terms, p, i, s, windows.context,
             problem.data, length, batch), (params[rows], index[rows], starts), chunk,

@@ -242,9 +242,9 @@ def test_best_of_starts_without_a_converged_start_is_quiet_and_keeps_the_warm_st
 
 
 def test_a_long_per_fold_stage_runs_in_chunks_with_the_same_losses(monkeypatch):
-    """Leave-one-out on a long series: every fold a pass over all the data. With progress
-    the held-out and error-estimate stages run in equal chunks of folds (a bar with the
-    remaining time); the numbers are those of one call."""
+    """Leave-one-out on a long series: every fold a pass over all the data. Past
+    ``PROGRESS_WORK`` the held-out and error-estimate stages run in equal chunks of folds,
+    one per core (and a bar with the remaining time); the numbers are those of one call."""
     import approxcv as acv
     from approxcv.engine import batching
     x = np.random.default_rng(4).poisson(np.repeat([2.0, 7.0], 60)).astype(float)
@@ -254,7 +254,7 @@ def test_a_long_per_fold_stage_runs_in_chunks_with_the_same_losses(monkeypatch):
     kw = dict(params=params, warn=False)
     whole = acv.cross_validate(model, x, folds, "ij", progress=False, **kw)
     monkeypatch.setattr(batching, "PROGRESS_WORK", 0)
-    assert batching.progress_chunk(len(folds), 4, x, True) == 4      # 10 calls
+    assert batching.progress_chunk(len(folds), 4, x) == 4      # 10 calls
     chunked = acv.cross_validate(model, x, folds, "ij", progress=True, batch_size=4, **kw)
     np.testing.assert_allclose(chunked.fold_loss, whole.fold_loss, rtol=1e-12)
     np.testing.assert_allclose(chunked.diagnostics["error_estimate"],
