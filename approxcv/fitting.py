@@ -17,8 +17,7 @@ from .errors import ConvergenceWarning, FitError
 from .optim import MAX_DENSE_DIM, MinimizeResult
 
 __all__ = ["best_start", "perturbation_restarts", "padded", "pad_rows", "rows_in_threads",
-           "fit_method",
-           "MAX_PERTURB_ROUNDS"]
+           "fit_method", "MAX_PERTURB_ROUNDS"]
 
 #: most rounds of :func:`perturbation_restarts`
 MAX_PERTURB_ROUNDS = 3

@@ -22,9 +22,8 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from .._compile import jit
+from .._compile import host_workers, jit
 from ..inference.chain_lanes import chunk_counts, lane_pass, normaliser_floor, safe_block
-from .._compile import host_workers
 from .batching import in_chunks
 
 __all__ = ["use_lanes", "lane_batch_size", "lanes_heldout_losses", "lanes_fold_losses",
@@ -139,10 +138,10 @@ def _chord(lanes, chol, u, index, data, n: int, cap: int, block: int):
 
 def _batches(problem, params, index, batch_size, memory, progress, desc, call):
     """``call(u, index, cap, block)`` over batches of folds (the last padded), NumPy
-    outputs, one batch per core at once (:func:`approxcv._compile.host_workers`;
-    the memory budget is shared among them, and the folds are split into at least as many
-    batches as workers); ``block``: normalisers per ``log`` where the parameters make that safe
-    (:func:`~approxcv.inference.chain_lanes.safe_block`)."""
+    outputs, one batch per core at once (:func:`approxcv._compile.host_workers`; the
+    memory budget is shared among them, and the folds are split into at least as many
+    batches as workers); ``block``: normalisers per ``log`` where the parameters make
+    that safe (:func:`~approxcv.inference.chain_lanes.safe_block`)."""
     index = np.asarray(index)
     n, m = problem.n_units, index.shape[1]
     cap = _layout(index, n)
