@@ -63,8 +63,8 @@ def host_workers() -> int:
     :func:`approxcv.optim.newton.parallel_value_and_derivatives`): on CPU the cores this
     process may use (at most :data:`MAX_HOST_WORKERS`), as each such program — a recursion
     over time — runs on one core; elsewhere 1 (one accelerator runs one program at a
-    time). The environment variable ``APPROXCV_THREADS`` sets it on CPU (``1``: one program
-    at a time, e.g. on a machine shared with other jobs)."""
+    time). The environment variable ``APPROXCV_THREADS`` sets it on CPU, above the cap too
+    (``1``: one program at a time, e.g. on a machine shared with other jobs)."""
     if jax.default_backend() != "cpu":
         return 1
     if os.environ.get("APPROXCV_THREADS"):          # the user's limit (1: one at a time)
@@ -85,8 +85,10 @@ def host_workers() -> int:
     return int(max(1, min(cores, MAX_HOST_WORKERS)))
 
 
-#: the most compiled programs run at once on CPU (:func:`host_workers`)
-MAX_HOST_WORKERS = 8
+#: the most compiled programs run at once on CPU by default (:func:`host_workers`): each
+#: holds its own batch, so memory grows with them, and a container's CPU quota may be
+#: below the cores it can see; ``APPROXCV_THREADS`` may ask for more
+MAX_HOST_WORKERS = 4
 
 
 __all__ = ["compiler_options", "jit", "host_workers", "MAX_HOST_WORKERS"]
