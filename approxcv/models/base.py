@@ -151,7 +151,9 @@ class Model:
 
     def batched_refit(self):
         """Exact-CV solver made for this model's objective (e.g. proximal for a non-smooth
-        one), ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult``, or ``None``."""
+        one), ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult``, or ``None``.
+        In process, exact CV calls it from several threads at once (one batch per core):
+        it must keep no state between calls."""
         return None
 
     def fold_check(self, params, data, fold_params, index, warn: bool = True) -> dict:
