@@ -50,18 +50,33 @@ def _compiled_derivatives():
     return jit(_value_and_derivatives, static_argnums=(0, 4))
 
 
-def _chunked_value_and_derivatives(fun, u, w, data, with_jacobian: bool, chunk: int):
-    """:func:`_value_and_derivatives` from ``D`` JVPs of the gradient, ``chunk`` tangents
-    at a time (``lax.map``): the same values in the memory of ``chunk`` tangents."""
+def _tangent_columns(fun, u, w, data, with_jacobian: bool, tangents, chunk=None):
+    """``(F, g, columns)``: the sweep's derivatives along the rows of ``tangents (c, D)``
+    only, by JVPs of the gradient (``columns``: ``H t`` ``(c, D)``, with ``J^T t``
+    ``(c, n)`` when ``with_jacobian``); ``chunk`` tangents at a time (``lax.map``), or all
+    at once (``None``)."""
     def grads(x):
         return jax.grad(fun, argnums=(0, 1) if with_jacobian else 0)(x, w, data)
 
     g, lin = jax.linearize(grads, u)
-    cols = lax.map(lin, jnp.eye(u.shape[0], dtype=u.dtype), batch_size=chunk)
-    value = fun(u, w, data)
+    cols = jax.vmap(lin)(tangents) if chunk is None else lax.map(lin, tangents,
+                                                                  batch_size=chunk)
+    return fun(u, w, data), g, cols
+
+
+def _as_derivatives(value, g, cols, with_jacobian: bool):
+    """``(F, g, H, J or None)`` from :func:`_tangent_columns` along every unit tangent."""
     if with_jacobian:
         return value, g[0], cols[0], cols[1]
     return value, g, cols, None
+
+
+def _chunked_value_and_derivatives(fun, u, w, data, with_jacobian: bool, chunk: int):
+    """:func:`_value_and_derivatives` from ``D`` JVPs of the gradient, ``chunk`` tangents
+    at a time (``lax.map``): the same values in the memory of ``chunk`` tangents."""
+    return _as_derivatives(*_tangent_columns(fun, u, w, data, with_jacobian,
+                                             jnp.eye(u.shape[0], dtype=u.dtype), chunk),
+                           with_jacobian)
 
 
 @functools.cache
@@ -74,20 +89,9 @@ def chunked_value_and_derivatives(fun, u, w, data, with_jacobian: bool, chunk: i
     return _compiled_chunked_derivatives()(fun, u, w, data, bool(with_jacobian), int(chunk))
 
 
-def _sweep_part(fun, u, w, data, with_jacobian: bool, tangents):
-    """``(F, g, columns)``: the sweep's derivatives along the rows of ``tangents (c, D)``
-    only (``columns``: ``H t`` ``(c, D)``, with ``J^T t`` ``(c, n)`` when
-    ``with_jacobian``)."""
-    def grads(x):
-        return jax.grad(fun, argnums=(0, 1) if with_jacobian else 0)(x, w, data)
-
-    g, lin = jax.linearize(grads, u)
-    return fun(u, w, data), g, jax.vmap(lin)(tangents)
-
-
 @functools.cache
 def _compiled_sweep_part():
-    return jit(_sweep_part, static_argnums=(0, 4))
+    return jit(_tangent_columns, static_argnums=(0, 4))
 
 
 #: from this many units on, on CPU, the sweep's tangents are split among the cores
@@ -112,11 +116,8 @@ def parallel_value_and_derivatives(fun, u, w, data, with_jacobian: bool, workers
                                           jnp.asarray(eye[i * size:(i + 1) * size])))
     with ThreadPoolExecutor(workers) as pool:
         outs = list(pool.map(run, range(workers)))
-    value, g = outs[0][0], outs[0][1]
     cols = jax.tree_util.tree_map(lambda *c: jnp.concatenate(c)[:dim], *(o[2] for o in outs))
-    if with_jacobian:
-        return value, g[0], cols[0], cols[1]
-    return value, g, cols, None
+    return _as_derivatives(outs[0][0], outs[0][1], cols, with_jacobian)
 
 
 def value_and_derivatives(fun, u, w, data, with_jacobian: bool = True):
