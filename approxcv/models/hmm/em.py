@@ -10,7 +10,7 @@ model's closed form where it has one (:meth:`HMM._emission_m_step`: Gaussian, Po
 categorical emissions), else a damped Newton step on the expected complete-data objective.
 
 :func:`em_fit` runs EM from every start in one compiled batched loop (on CPU a group of
-starts per core, :func:`approxcv.fitting.rows_in_threads`), then exact Newton
+starts per core, :func:`em_solver`), then exact Newton
 steps on ``F`` from the best EM point (:func:`~approxcv.optim.newton.newton_polish`, on the
 ``(F, g, H, J)`` program the IJ reuses). When EM has not converged from every start, or
 the polished gradient is not below the fit's tolerance, :meth:`HMM.fit` fits by BFGS +
@@ -115,9 +115,16 @@ def occupancy(stats, seqs, level: str) -> np.ndarray:
 def em_solver(model, problem, level: str):
     """The batched EM program of an HMM problem (:func:`approxcv.optim.em.batched_em` on
     :func:`em_parts`, the closed-form M-step where the model has one, tolerance ``EM_TOL``):
-    ``solve(u0s, weights, data, max_steps) -> EMResult``."""
-    return batched_em(*em_parts(model, problem.unravel, level), float(problem.scale), EM_TOL,
-                      m_step=closed_form_m_step(model, problem.unravel, level))
+    ``solve(u0s, weights, data, max_steps) -> EMResult`` (NumPy). The starts run in
+    sequence within a program on CPU (``batch_rows="map"``), so a group of them goes to
+    each core (:func:`approxcv.fitting.rows_in_threads`)."""
+    solve = batched_em(*em_parts(model, problem.unravel, level), float(problem.scale),
+                       EM_TOL, m_step=closed_form_m_step(model, problem.unravel, level))
+    workers = None if getattr(model, "batch_rows", "map") == "map" else 1
+
+    def run(u0s, weights, data, max_steps):
+        return rows_in_threads(solve, (u0s, weights), data, max_steps, workers=workers)
+    return run
 
 
 class EMFit(NamedTuple):
@@ -148,11 +155,9 @@ def em_fit(model, problem, u0s, seqs, level: str) -> EMFit:
     """
     rows, n = len(u0s), problem.n_units
     solve = em_solver(model, problem, level)
-    # starts in sequence within a program (CPU): one group of them per core
-    workers = None if getattr(model, "batch_rows", "map") == "map" else 1
     ones = np.ones((rows, n))
     u0s = np.asarray(u0s, np.float64)
-    res = rows_in_threads(solve, (u0s, ones), seqs, EM_MAX_STEPS, workers=workers)
+    res = solve(u0s, ones, seqs, EM_MAX_STEPS)
     values = np.where(np.isfinite(np.asarray(res.value)), np.asarray(res.value), np.inf)
     finite = np.isfinite(values) & np.all(np.isfinite(np.asarray(res.u)), axis=1)
     steps = np.asarray(res.num_steps)
@@ -167,8 +172,7 @@ def em_fit(model, problem, u0s, seqs, level: str) -> EMFit:
     if not (np.isfinite(value) and grad_norm <= GTOL * scale):
         return handover
     # E-step statistics at the polished point (0 EM iterations; same batch shape)
-    at_fit = rows_in_threads(solve, (np.repeat(u[None], rows, 0), ones), seqs, 0,
-                             workers=workers)
+    at_fit = solve(np.repeat(u[None], rows, 0), ones, seqs, 0)
     values[best] = value
     converged = np.zeros(rows, bool)
     converged[best] = True
