@@ -2,13 +2,12 @@
 
 Fit a model once; approxcv estimates every cross-validation fold without refitting
 (infinitesimal jackknife or one Newton step), reports how far to trust each estimate,
-and runs exact CV to check. See ``DESIGN.md`` for the shared weighted-objective idea.
+and runs exact CV to check. See ``docs/design.md`` for the shared weighted-objective idea.
 """
-# set before the subpackages are imported: checkpoints record it (engine/checkpoint.py)
-__version__ = "0.1.0"
+import jax
+import jaxlib
 
-import jax  # noqa: E402
-import jaxlib  # noqa: E402
+from ._version import __version__
 
 from . import _compilation_cache
 from ._jax_version import warn_if_deadlock_prone
@@ -22,7 +21,7 @@ compilation_cache_dir = _compilation_cache.enable(jax.config)
 from . import datasets, engine, errors, folds, inference, models, optim, tuning  # noqa: E402
 from . import composite  # noqa: E402
 from .api import cross_validate  # noqa: E402
-from .engine.methods import register_method  # noqa: E402
+from .engine.registry import register_method  # noqa: E402
 from .problem import Problem, make_problem  # noqa: E402
 from .results import CVResult, compare, compare_models  # noqa: E402
 from .results_io import load_result, load_results  # noqa: E402

@@ -9,10 +9,11 @@ import numpy as np
 
 from ._validate import check_choice
 from .engine.audit import audit_folds
-from .engine.batching import heldout_losses
+from .engine.heldout import heldout_losses
 from .engine.diagnostics import record_unreliable, unreliable_causes
 from .engine.error_estimate import estimate_errors
-from .engine.methods import Options, get_method
+from .engine.options import Options
+from .engine.registry import get_method
 from .engine.methods.exact import default_restarts
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .folds import as_folds
@@ -40,7 +41,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             of ``H`` for all folds), ``"ns"`` (one Newton step per fold), ``"exact"``
             (refit per fold), ``"auto"`` (IJ, then NS where the IJ's error estimate exceeds
             ``tol``, then exact refits where NS's still does) or one added with
-            :func:`~approxcv.engine.methods.register_method`; default: the model's
+            :func:`~approxcv.engine.registry.register_method`; default: the model's
             ``default_method`` (``"ij"``; ``"ns"`` — ALOOCV — for regularised ERM, where the
             IJ under-corrects at weak regularisation, see ``docs/erm.md``).
         params: full-data parameters (validated against ``model``); fitted when ``None``.
@@ -48,7 +49,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             objective (within-structure only).
         level: ``"within"`` (units are points of one structure) or ``"structure"``;
             default: the model's reading of ``data``.
-        **options: fields of :class:`~approxcv.engine.methods.Options`: ``solver``
+        **options: fields of :class:`~approxcv.engine.options.Options`: ``solver``
             (``"auto"``/``"dense"``/``"cg"``), ``max_dense_dim``, ``cg_rtol``,
             ``cg_max_steps``, ``batch_size``, ``exact_batch_size``, ``exact_solver``,
             ``restarts`` (exact: extra refits per fold from the model's own starts;

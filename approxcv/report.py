@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ._version import __version__
 from . import _html as H
 from ._report_exact import approx_exact_section, error_section, find_pairs
 from ._report_sections import (comparison_section, demo_section, results_section,
@@ -28,7 +29,6 @@ NO_RESULTS = ("holds no saved results (NAME.json + NAME.npz written by CVResult.
 
 def report_html(saved: list[SavedResult], result_dir, summary: dict | None = None) -> str:
     """The report of the results ``saved`` (and the demo's ``summary``) as one HTML page."""
-    from . import __version__
     result_dir = Path(result_dir)
     pairs = find_pairs(saved)
     sections = [results_section(saved, result_dir), comparison_section(saved),

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ._validate import check_choice, check_positive_int
-from .engine.methods import get_method
+from .engine.registry import get_method
 from .errors import ArgumentTypeError, InvalidArgumentError, NotPositiveDefiniteError
 from .folds import leave_one_out
 from .results import CVResult

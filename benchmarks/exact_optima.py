@@ -119,7 +119,7 @@ def run_exact(quick: bool) -> dict:
 def oracle(quick: bool) -> dict:
     """The independent 20-start search per fold: ``{case: {objective, fold_loss}}``."""
     import jax.numpy as jnp
-    from approxcv.engine.batching import heldout_losses
+    from approxcv.engine.heldout import heldout_losses
     from approxcv.optim import batched_minimize
     from approxcv.problem import make_problem, model_starts
     out = {}

@@ -185,8 +185,8 @@ def ij_core(model, data, params, folds):
     engine's held-out evaluation (``cross_validate`` adds a per-fold error estimate, two
     gradients over all data per fold, which is O(n^2) for leave-one-out)."""
     from approxcv.engine import get_method
-    from approxcv.engine.batching import heldout_losses
-    from approxcv.engine.methods import Options
+    from approxcv.engine.heldout import heldout_losses
+    from approxcv.engine.options import Options
     problem = acv.make_problem(model, data, params)
     t = time.perf_counter()
     flat, _ = get_method("ij")[0](problem, folds, Options(progress=False, warn=False))

@@ -6,13 +6,15 @@ over an unconstrained parameter vector ``u`` of size ``D`` and unit weights ``w`
 """
 from . import accumulate, aloo, batching, checkpoint, matrix_free, methods  # noqa: F401
 from .accumulate import structure_derivatives
-from .batching import fold_weights, heldout_losses
+from .batching import fold_weights
+from .heldout import heldout_losses
 from .derivatives import (cross_jacobian, full_derivatives, gradient,
                           gradient_hessian_jacobian, hessian)
 from .diagnostics import cg_diagnostics, fit_diagnostics
 from .matrix_free import (CGResult, block_conjugate_gradient, conjugate_gradient,
                           ij_params_cg, newton_params_cg)
-from .methods import Options, available_methods, get_method, register_method
+from .options import Options
+from .registry import available_methods, get_method, register_method
 from ..optim.pd import MAX_DENSE_DIM
 
 __all__ = ["cross_jacobian", "gradient", "hessian", "gradient_hessian_jacobian",

@@ -34,9 +34,12 @@ import numpy as np
 from jax import lax
 
 from ..optim.pd import NEGLIGIBLE_JITTER, factor_hessian
-from .batching import map_batches
+from .batching import fold_weights, map_batches
+from .chord import chord_step
 from .derivatives import full_derivatives
 from .diagnostics import fit_diagnostics
+from .fold_newton import newton_params
+from .options import Options
 from .._compile import jit
 
 __all__ = ["GLMTerms", "glm_terms", "glm_hessian", "cholesky_rank_one_update",
@@ -158,10 +161,8 @@ def fold_newton_params(chol, hess, terms: GLMTerms, u_full, index, grad_full,
         ``H_{-o}``), NaN where the downdate failed (``H_{-o}`` not positive definite).
         With the flat objective ``fun(u, w, data)`` (and ``data``, ``n``) also the chord
         correction from each fold's point with its factor and its contraction
-        (:func:`~approxcv.engine.error_estimate.chord_step`): ``(params, pivot, d, rho)``.
+        (:func:`~approxcv.engine.chord.chord_step`): ``(params, pivot, d, rho)``.
     """
-    from .error_estimate import chord_step
-    from .batching import fold_weights
     def one(idx):
         a = terms.design.at[idx].get(mode="fill", fill_value=0.0)            # (q, D)
         rhs = _gather(terms.grad, idx) @ a
@@ -217,7 +218,6 @@ def glm_newton_params(problem, folds, options):
     decides whether the fold is reliable. Same result and diagnostics as the generic
     ``ns`` (``ns_hessian_min_eig`` is NaN on downdated folds: it is not computed there).
     """
-    from .methods.ns import newton_params          # the generic per-fold step
     t0 = time.perf_counter()
     grad, hess, _ = full_derivatives(problem, options, with_jacobian=False)
     factor = factor_hessian(hess, warn=options.warn)
@@ -276,7 +276,6 @@ def influence_losses(problem, folds, warn: bool = True):
     Returns:
         ``(fold_loss (n_folds,), point_loss (n_folds, m))`` NumPy arrays, padding 0.
     """
-    from .methods import Options
     _, hess, _ = full_derivatives(problem, Options(), with_jacobian=False)
     factor = factor_hessian(hess, warn=warn)
     fold, points = _influence(factor.chol, _terms(problem), jnp.asarray(folds.padded()))

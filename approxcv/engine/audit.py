@@ -12,8 +12,9 @@ import dataclasses
 import numpy as np
 import scipy.stats
 
-from .batching import heldout_losses
 from .diagnostics import unreliable_causes
+from .heldout import heldout_losses
+from .registry import get_method
 
 __all__ = ["audit_folds", "refit_problem", "AUDIT_SEED"]
 
@@ -35,7 +36,6 @@ def audit_folds(problem, folds, fold_loss, options) -> dict:
         exact refit is unreliable), ``mean_rel_error``, ``ci95`` (``(low, high)``),
         ``max_rel_error``, ``n`` (folds used), ``n_unreliable_exact``.
     """
-    from .methods import get_method
     k = min(int(options.audit), len(folds))
     pick = np.sort(np.random.default_rng(AUDIT_SEED).choice(len(folds), k, replace=False))
     target = refit_problem(problem)

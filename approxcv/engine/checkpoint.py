@@ -53,6 +53,7 @@ import numpy as np
 
 from ..errors import CheckpointError, InvalidArgumentError
 from .fingerprint import fingerprint, fold_digest, run_digest
+from .._version import __version__
 
 __all__ = ["Checkpoint", "fingerprint", "fold_digest"]  # the digests are re-exported
 
@@ -383,6 +384,5 @@ class Checkpoint:
 
 
 def _approxcv_version() -> str:
-    """The installed approxcv's version (imported late: approxcv imports this module)."""
-    from .. import __version__
+    """The installed approxcv's version."""
     return __version__

@@ -15,8 +15,10 @@ from functools import partial
 import jax
 import numpy as np
 
+from ..optim.newton import chunked_value_and_derivatives, polish_jacobian, value_and_derivatives
 from ..optim.hessian import SWEEP_BUDGET, data_entries, hessian_by_hvp, sweep_chunk, tangent_chunk  # noqa: F401
 from .._compile import jit
+from .accumulate import has_unit_axis, structure_derivatives
 
 
 def gradient(fun, u, w, data=None):
@@ -61,8 +63,6 @@ def full_derivatives(problem, options, with_jacobian: bool):
     batch; also whenever an executor is given), and within one structure the sweep runs in
     chunks of tangents (:func:`chunked_derivatives`; e.g. a CRF's length-bucketed sentences).
     """
-    from ..optim.newton import polish_jacobian, value_and_derivatives
-    from .accumulate import has_unit_axis, structure_derivatives
     dim = int(np.shape(problem.u_full)[0])
     chunk = sweep_chunk(problem.fun, problem.u_full, np.ones(problem.n_units), problem.data,
                         max_chunk=dim)
@@ -88,5 +88,4 @@ def chunked_derivatives(fun, u, w, data, with_jacobian: bool, chunk: int):
     gradient in ``(u, w)``, ``chunk`` tangents at a time: the same values as one sweep
     (:func:`gradient_hessian_jacobian`) in the memory of ``chunk`` tangents
     (:func:`~approxcv.optim.newton.chunked_value_and_derivatives` without ``F``)."""
-    from ..optim.newton import chunked_value_and_derivatives
     return chunked_value_and_derivatives(fun, u, w, data, with_jacobian, chunk)[1:]

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..optim.precondition import PRECONDITION_EIG_FLOOR
 from ..errors import (ConvergenceWarning, InexactFitWarning, NotPositiveDefiniteError,
                       UnreliableFoldWarning)
 from ..optim.pd import HessianFactor, factor_hessian, solve
@@ -93,7 +94,6 @@ def indefinite_diagnostics(grad, hess, u_full, warn: bool = True) -> dict:
     and ``condition_number`` are NaN, ``hessian_pd`` is False, and the Newton step is
     taken with ``|H|`` (eigenvalues replaced by their absolute values, floored as in
     :mod:`approxcv.optim.precondition`)."""
-    from ..optim.precondition import PRECONDITION_EIG_FLOOR
     hess = np.asarray(hess, np.float64)
     nan = float("nan")
     if np.all(np.isfinite(hess)):

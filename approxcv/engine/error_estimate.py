@@ -39,49 +39,16 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from .batching import (fold_batch_size, fold_weights, heldout_losses, in_chunks,
-                       map_batches, progress_chunk)
+from .batching import fold_batch_size, fold_weights, in_chunks, map_batches, progress_chunk
+from .chord import chord_step, contraction_rate, extrapolate
+from .heldout import heldout_losses
+from .lanes import lanes_chord_steps, lanes_fold_losses, use_lanes
+from .matrix_free import block_conjugate_gradient
+from .windows import taylor_chord_steps, use_taylor_chord_steps
 from .._compile import jit
 
-__all__ = ["chord_step", "extrapolate", "ij_chord_steps", "ij_chord_steps_cg",
-           "full_hessian_chord_steps", "refined_params", "estimate_errors", "DEFAULT_TOL"]
-
-#: default ``tol``: folds whose estimated relative error of the fold loss exceeds it are
-#: unreliable (and ``method="auto"`` refines them)
-DEFAULT_TOL = 0.01
-
-
-#: a first chord step whose predicted decrease of ``F`` (``d_1' r_1``) is below this times
-#: ``max(|F|, 1)`` is at round-off: the method's point solves the fold to working precision,
-#: and the ratio of two round-off steps says nothing about contraction (``rho = 0``)
-ROUNDOFF_DECREASE = 1e-12
-
-
-def _rate(num_sq, den_sq, value):
-    """``rho = sqrt(num_sq / den_sq)`` (``||d_2||_M / ||d_1||_M``); 0 where the first step
-    is at round-off (:data:`ROUNDOFF_DECREASE` of ``|F|``), ``inf`` for x/0."""
-    num, den = jnp.sqrt(jnp.maximum(num_sq, 0.0)), jnp.sqrt(jnp.maximum(den_sq, 0.0))
-    rate = jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0),
-                     jnp.where(num > 0, jnp.inf, 0.0))
-    return jnp.where(den_sq <= ROUNDOFF_DECREASE * jnp.maximum(jnp.abs(value), 1.0), 0.0,
-                     rate)
-
-
-def extrapolate(d1, d2, rho):
-    """``d_1 + d_2 / (1 - rho)`` where ``rho < 1``, NaN elsewhere (no contraction)."""
-    ok = rho < 1.0
-    return jnp.where(ok, d1 + d2 / jnp.where(ok, 1.0 - rho, 1.0), jnp.nan)
-
-
-def chord_step(fun, chol, u_m, w, data):
-    """``(correction, rho)`` for one fold: two chord steps from ``u_m`` with ``M = chol
-    chol'`` and the geometric sum of the rest, ``u* = u_m - correction`` (module docstring)."""
-    value, r1 = jax.value_and_grad(fun)(u_m, w, data)
-    d1 = jsl.cho_solve((chol, True), r1)
-    r2 = jax.grad(fun)(u_m - d1, w, data)
-    d2 = jsl.cho_solve((chol, True), r2)
-    rho = _rate(jnp.dot(d2, r2), jnp.dot(d1, r1), value)
-    return extrapolate(d1, d2, rho), rho
+__all__ = ["ij_chord_steps", "ij_chord_steps_cg", "full_hessian_chord_steps",
+           "refined_params", "estimate_errors"]
 
 
 @partial(jit, static_argnums=(0, 5, 6))
@@ -100,7 +67,6 @@ def ij_chord_steps_cg(fun, u_1, params, index, data, n: int, rtol, max_steps: in
     """Matrix-free :func:`ij_chord_steps`: each chord step solves ``H d = grad F(u, w_o)``
     for all folds by block CG on Hessian-vector products at ``(u_1, 1)``.
     Returns ``(correction, rho, converged (n_folds,))``."""
-    from .matrix_free import block_conjugate_gradient
     ones = jnp.ones(n, u_1.dtype)
     value_grad = jax.value_and_grad(fun, argnums=0)
     _, hvp = jax.linearize(lambda u: value_grad(u, ones, data)[1], u_1)
@@ -115,7 +81,7 @@ def ij_chord_steps_cg(fun, u_1, params, index, data, n: int, rtol, max_steps: in
         return val, res, sol
     value, r1, s1 = step(params)
     _, r2, s2 = step(params - s1.x)
-    rho = _rate(jnp.sum(s2.x * r2, axis=1), jnp.sum(s1.x * r1, axis=1), value)
+    rho = contraction_rate(jnp.sum(s2.x * r2, axis=1), jnp.sum(s1.x * r1, axis=1), value)
     return (jax.vmap(extrapolate)(s1.x, s2.x, rho), rho, s1.converged & s2.converged)
 
 
@@ -138,8 +104,6 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
                                                          problem.data, problem.n_units,
                                                          batch),
                              (p_rows, idx_rows), chunk, "error estimates", options.progress)
-        from .lanes import lanes_chord_steps, use_lanes
-        from .windows import taylor_chord_steps, use_taylor_chord_steps
         if use_lanes(problem, index):
             step, rate, heldout = lanes_chord_steps(problem, params, index, chol,
                                                     options.batch_size, options.progress)
@@ -193,7 +157,6 @@ def estimate_errors(problem, params, fold_loss, index, correction,
         anything is not finite; the held-out losses at ``u*`` (at ``u_m`` where the
         correction is NaN) are what ``method="auto"``'s next chord round starts from.
     """
-    from .lanes import lanes_fold_losses, use_lanes
     refined, ok = refined_params(params, correction)
     if not points and use_lanes(problem, index):
         loss_star, points_star = lanes_fold_losses(problem, refined, index, batch_size,

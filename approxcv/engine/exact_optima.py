@@ -56,7 +56,8 @@ from functools import partial
 import jax
 import numpy as np
 
-from .batching import fold_weights, heldout_batch_size, heldout_losses, map_batches
+from .batching import fold_weights, heldout_batch_size, map_batches
+from .heldout import heldout_losses
 from .._compile import jit
 
 __all__ = ["RESTART_RTOL", "CROSS_CANDIDATES", "CROSS_ROUNDS", "OPTIMUM_GAP_NATS", "HELDOUT_RTOL",

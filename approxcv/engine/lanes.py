@@ -25,6 +25,8 @@ import numpy as np
 from .._compile import host_workers, jit
 from ..inference.chain_lanes import chunk_counts, lane_pass, normaliser_floor, safe_block
 from .batching import in_chunks
+from .chord import contraction_rate, extrapolate
+from .windows import use_windows
 
 __all__ = ["use_lanes", "lane_batch_size", "lanes_heldout_losses", "lanes_fold_losses",
            "lanes_chord_steps",
@@ -45,7 +47,6 @@ LANES_CHUNK = 1024
 def use_lanes(problem, index) -> bool:
     """Lanes pay: the problem offers them, the work is large and the folds are not short
     ones that windows of the series serve (:func:`approxcv.engine.windows.use_windows`)."""
-    from .windows import use_windows
     if getattr(problem, "lanes", None) is None:
         return False
     if np.asarray(index).shape[0] * problem.n_units <= LANES_MIN_WORK:
@@ -134,13 +135,12 @@ def _floor(lanes, u):
 def _chord(lanes, chol, u, index, data, n: int, cap: int, block: int):
     """``(correction, rho, fold_loss, points)`` of a batch of IJ folds: the held-out pass at
     ``u_m`` gives ``r_1 = grad F(u_m, w_o)``, a kept-model pass at ``u_m - d_1`` gives
-    ``r_2`` (:func:`approxcv.engine.error_estimate.chord_step`, for many folds)."""
-    from .error_estimate import _rate, extrapolate
+    ``r_2`` (:func:`approxcv.engine.chord.chord_step`, for many folds)."""
     fold_loss, points, value, r1 = _run(lanes, u, index, data, n, cap, True, True, True, block)
     d1 = jsl.cho_solve((chol, True), r1.T).T
     r2 = _run(lanes, u - d1, index, data, n, cap, False, False, True, block)[3]
     d2 = jsl.cho_solve((chol, True), r2.T).T
-    rho = _rate(jnp.sum(d2 * r2, axis=1), jnp.sum(d1 * r1, axis=1), value)
+    rho = contraction_rate(jnp.sum(d2 * r2, axis=1), jnp.sum(d1 * r1, axis=1), value)
     return jax.vmap(extrapolate)(d1, d2, rho), rho, fold_loss, points
 
 
@@ -169,7 +169,7 @@ def _batches(problem, params, index, batch_size, memory, progress, desc, call):
 def lanes_heldout_losses(problem, params_flat, index, batch_size: int | None = None,
                          progress: bool = False, memory: int | None = None):
     """Held-out ``(fold_loss (n_folds,), point_loss (n_folds, m))`` of every fold, folds in
-    lanes (as :func:`approxcv.engine.batching.heldout_losses`; ``memory``: bytes per batch,
+    lanes (as :func:`approxcv.engine.heldout.heldout_losses`; ``memory``: bytes per batch,
     default :data:`LANES_MEMORY`)."""
     return _batches(problem, params_flat, index, batch_size, memory, progress,
                     "held-out losses", lambda u, i, cap, block: _heldout(

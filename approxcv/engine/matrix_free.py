@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .batching import fold_indicator, fold_weights, map_batches
-from .error_estimate import _rate, extrapolate
+from .chord import contraction_rate, extrapolate
 from .._compile import jit
 
 
@@ -278,7 +278,7 @@ def newton_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: in
         s1 = conjugate_gradient(jax.vmap(hvp), r1[None], rtol, max_steps)
         r2 = grad_u(u_ns - s1.x[0], w, data)
         s2 = conjugate_gradient(jax.vmap(hvp), r2[None], rtol, max_steps)
-        rho = _rate(jnp.dot(s2.x[0], r2), jnp.dot(s1.x[0], r1), value)
+        rho = contraction_rate(jnp.dot(s2.x[0], r2), jnp.dot(s1.x[0], r1), value)
         solved = s1.converged[0] & s2.converged[0]
         correction = jnp.where(solved, extrapolate(s1.x[0], s2.x[0], rho), jnp.nan)
         return u_ns, jax.tree_util.tree_map(lambda a: a[0], sol), correction, rho

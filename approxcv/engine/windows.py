@@ -27,7 +27,7 @@ import numpy as np
 
 from .._compile import jit
 from .batching import fold_points, in_chunks, map_batches, progress_chunk
-from .error_estimate import chord_step
+from .chord import chord_step
 
 __all__ = ["use_windows", "fold_spans", "windowed_heldout_losses", "use_taylor_chord_steps",
            "taylor_chord_steps", "WINDOW_RTOL"]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import approxcv as acv
 from approxcv.engine import aloo
-from approxcv.engine.methods import Options
+from approxcv.engine.options import Options
 from approxcv.engine.methods.ij import ij
 from approxcv.engine.methods.ns import ns
 from approxcv.models.erm.logistic import Logistic

@@ -18,7 +18,7 @@ def test_chunked_sweep_equals_one_sweep_and_is_used_for_large_data(monkeypatch):
         for a, b in zip(got, one):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
     # a budget too small for all tangents at once takes the chunked path: same values
-    options = acv.engine.methods.Options(progress=False)
+    options = acv.engine.Options(progress=False)
     want = derivatives.full_derivatives(problem, options, True)
     from approxcv.optim import hessian
     monkeypatch.setattr(hessian, "SWEEP_BUDGET", 1)

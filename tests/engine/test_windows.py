@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv.engine import batching, windows
+from approxcv.engine import batching, heldout, windows
 from approxcv.problem import make_problem
 
 
@@ -23,10 +23,10 @@ def test_windowed_heldout_losses_equal_the_full_pass(long_series, monkeypatch):
     rng = np.random.default_rng(0)       # parameters near the fit, as a fold's would be
     u = np.asarray(problem.u_full) + 1e-3 * rng.normal(size=(len(folds),
                                                              problem.u_full.size))
-    full = batching.heldout_losses(problem, u, folds.padded())
+    full = heldout.heldout_losses(problem, u, folds.padded())
     monkeypatch.setattr(windows, "WINDOW_MIN_WORK", 0)
     info = {}
-    win = batching.heldout_losses(problem, u, folds.padded(), info=info)
+    win = heldout.heldout_losses(problem, u, folds.padded(), info=info)
     assert info["heldout_windows"]["half_widths"] and \
         info["heldout_windows"]["full_pass_folds"] == 0
     np.testing.assert_allclose(win[0], full[0], rtol=1e-8)

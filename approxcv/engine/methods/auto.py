@@ -33,12 +33,12 @@ import numpy as np
 
 from ...folds import Folds
 from ..audit import refit_problem
-from ..batching import heldout_losses
 from ..diagnostics import unreliable_causes
 from ..error_estimate import estimate_errors, full_hessian_chord_steps, refined_params
+from ..heldout import heldout_losses
 from ..exact_optima import (RESTART_RTOL, candidate_columns, full_objectives,
                             pair_objectives)
-from . import get_method, register_method
+from ..registry import get_method, register_method
 
 #: rounds of the chord stage (each: two chord steps and their extrapolation per fold)
 CHORD_ROUNDS = 3

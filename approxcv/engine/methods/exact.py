@@ -58,7 +58,7 @@ from ..diagnostics import fit_state
 from ..exact_optima import (HELDOUT_RTOL, OPTIMUM_GAP_NATS, RESTART_RTOL, best_of_starts,
                             cross_fold_refits, full_objectives, unreliable_optima)
 from ..fold_checks import with_fold_check
-from . import register_method
+from ..registry import register_method
 
 SOLVERS = ("bfgs", "newton", "lbfgs")
 #: most parameters for which exact CV restarts by default; larger models refit only warm

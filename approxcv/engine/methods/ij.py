@@ -36,7 +36,7 @@ from ..diagnostics import cg_diagnostics, fit_diagnostics
 from ..error_estimate import full_hessian_chord_steps
 from ..fold_checks import with_fold_check
 from ..matrix_free import ij_params_cg
-from . import register_method
+from ..registry import register_method
 from ..._compile import jit
 
 #: CG tolerance of the full-data Newton system ``H s = g`` solved alongside the IJ folds'

@@ -22,37 +22,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...optim.hessian import hessian_by_hvp
-from ...optim.pd import jittered_cholesky
-from ..batching import fold_weights, map_batches
-from ..derivatives import gradient
 from ..aloo import glm_newton_params
 from ..diagnostics import fit_state
-from ..error_estimate import chord_step
+from ..fold_newton import newton_params
 from ..fold_checks import with_fold_check
 from ..matrix_free import newton_params_cg
-from . import register_method
+from ..registry import register_method
 from ..._compile import jit
-
-
-def newton_step(fun, u, w, data):
-    """``(u - H(w)^{-1} g(w), min_eig, jitter, reliable, d, rho)`` for one weight vector
-    ``w``; ``(correction, rho)``: chord steps from the Newton point with the same factor
-    (:func:`~approxcv.engine.error_estimate.chord_step`)."""
-    g = gradient(fun, u, w, data)
-    chol, jitter, min_eig, reliable = jittered_cholesky(hessian_by_hvp(fun, u, w, data))
-    u_ns = u - jax.scipy.linalg.cho_solve((chol, True), g)
-    d, rho = chord_step(fun, chol, u_ns, w, data)
-    return u_ns, min_eig, jitter, reliable, d, rho
-
-
-@partial(jit, static_argnums=(0, 4, 5))
-def newton_params(fun, u_full, index, data, n: int, batch_size: int = 16):
-    """Newton-step parameters of every fold (``index``: ``(n_folds, m)`` padded left-out
-    indices): ``(params (n_folds, D), min_eig, jitter, reliable, chord_step, chord_rate)``,
-    each per fold."""
-    return map_batches(lambda idx: newton_step(fun, u_full, fold_weights(idx, n), data),
-                       index, batch_size)
 
 
 def ns(problem, folds, options):

@@ -8,7 +8,7 @@ from scipy import stats
 
 import approxcv as acv
 from approxcv import engine
-from approxcv.engine.methods.ns import newton_step
+from approxcv.engine.fold_newton import newton_step
 from approxcv.optim import batched_minimize
 from approxcv.errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
 from approxcv.inference import chain

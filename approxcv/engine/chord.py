@@ -1,0 +1,50 @@
+"""The chord step: two steps towards a fold's optimum with a fixed matrix, and the
+geometric extrapolation of the rest.
+
+From a method's point ``u_m`` with a fixed positive definite ``M`` (``H`` at the fit, or the
+fold's ``H(w_o)``): ``d_1 = M^{-1} grad F(u_m, w_o)``, ``d_2 = M^{-1} grad F(u_m - d_1, w_o)``,
+contraction ``rho = ||d_2||_M / ||d_1||_M``, and where ``rho < 1`` the remaining distance to
+the fold's optimum ``u* ~ u_m - (d_1 + d_2 / (1 - rho))``. A leaf module: the error estimate
+(:mod:`approxcv.engine.error_estimate`), the GLM fast path, the NS method, lanes, windows and
+the matrix-free solvers all use it.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+
+__all__ = ["ROUNDOFF_DECREASE", "contraction_rate", "extrapolate", "chord_step"]
+
+
+#: a first chord step whose predicted decrease of ``F`` (``d_1' r_1``) is below this times
+#: ``max(|F|, 1)`` is at round-off: the method's point solves the fold to working precision,
+#: and the ratio of two round-off steps says nothing about contraction (``rho = 0``)
+ROUNDOFF_DECREASE = 1e-12
+
+
+def contraction_rate(num_sq, den_sq, value):
+    """``rho = sqrt(num_sq / den_sq)`` (``||d_2||_M / ||d_1||_M``); 0 where the first step
+    is at round-off (:data:`ROUNDOFF_DECREASE` of ``|F|``), ``inf`` for x/0."""
+    num, den = jnp.sqrt(jnp.maximum(num_sq, 0.0)), jnp.sqrt(jnp.maximum(den_sq, 0.0))
+    rate = jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0),
+                     jnp.where(num > 0, jnp.inf, 0.0))
+    return jnp.where(den_sq <= ROUNDOFF_DECREASE * jnp.maximum(jnp.abs(value), 1.0), 0.0,
+                     rate)
+
+
+def extrapolate(d1, d2, rho):
+    """``d_1 + d_2 / (1 - rho)`` where ``rho < 1``, NaN elsewhere (no contraction)."""
+    ok = rho < 1.0
+    return jnp.where(ok, d1 + d2 / jnp.where(ok, 1.0 - rho, 1.0), jnp.nan)
+
+
+def chord_step(fun, chol, u_m, w, data):
+    """``(correction, rho)`` for one fold: two chord steps from ``u_m`` with ``M = chol
+    chol'`` and the geometric sum of the rest, ``u* = u_m - correction`` (module docstring)."""
+    value, r1 = jax.value_and_grad(fun)(u_m, w, data)
+    d1 = jsl.cho_solve((chol, True), r1)
+    r2 = jax.grad(fun)(u_m - d1, w, data)
+    d2 = jsl.cho_solve((chol, True), r2)
+    rho = contraction_rate(jnp.dot(d2, r2), jnp.dot(d1, r1), value)
+    return extrapolate(d1, d2, rho), rho

@@ -1,0 +1,109 @@
+"""The options of a cross-validation run (:class:`Options`) and their checks.
+
+A leaf module: every method, the audit and the GLM fast path read options; nothing here
+imports a method.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._validate import check_choice, check_positive, check_positive_int
+from ..errors import InvalidArgumentError
+from ..optim.hessian import SWEEP_BYTES
+from ..optim.pd import MAX_DENSE_DIM
+
+__all__ = ["DEFAULT_TOL", "Options", "check_options"]
+
+#: default ``tol``: folds whose estimated relative error of the fold loss exceeds it are
+#: unreliable (and ``method="auto"`` refines them)
+DEFAULT_TOL = 0.01
+
+
+@dataclass(frozen=True)
+class Options:
+    """Settings of a cross-validation run (the keyword arguments of ``cross_validate``).
+
+    solver: ``"auto"`` | ``"dense"`` | ``"cg"`` (how ``H`` is used by ``ij``/``ns``);
+    max_dense_dim: largest ``D`` for which ``"auto"`` forms dense Hessians;
+    cg_rtol, cg_max_steps: conjugate-gradient tolerance and step limit;
+    batch_size: folds per vectorised batch (``None``: by memory);
+    exact_batch_size: folds refitted together by one ``vmap``;
+    exact_solver: refit optimiser (``None``: the model's preference, else by size);
+    restarts: extra exact refits per fold from the model's own starts (``None``: by size);
+    level: ``"within"`` | ``"structure"``; structure_batch_size: structures per derivative
+    batch at the structure level; executor, checkpoint, progress, warn: see
+    ``cross_validate``; tol: relative error of a fold loss above which an estimate is
+    unreliable (``ij``/``ns`` error estimates) and ``"auto"`` refines it; max_exact: most
+    exact refits ``"auto"`` may spend (``None``: no limit); audit: exact refits of this many
+    random folds to measure the error of a method; hessian_diagonal: ``lambda >= 0`` added to
+    the diagonal of ``H`` by ``ij`` (dense) before factoring, to keep it invertible far from
+    an optimum (recorded); extra: method-specific settings of user methods.
+
+    Every field is checked on construction (:func:`check_options`): a value out of range
+    raises :class:`~approxcv.errors.InvalidArgumentError` naming the option.
+    """
+    solver: str = "auto"
+    max_dense_dim: int = MAX_DENSE_DIM
+    cg_rtol: float = 1e-5
+    cg_max_steps: int = 1000
+    batch_size: int | None = None
+    exact_batch_size: int = 8
+    exact_solver: str | None = None
+    restarts: int | None = None
+    level: str = "within"
+    structure_batch_size: int = 8
+    executor: Any = None
+    checkpoint: Any = None
+    progress: bool = True
+    warn: bool = True
+    tol: float = DEFAULT_TOL
+    max_exact: int | None = None
+    audit: int = 0
+    hessian_diagonal: float = 0.0
+    extra: Any = None
+
+    def __post_init__(self):
+        check_options(self)
+
+    def dense(self, dim: int, n_units: int = 0) -> bool:
+        """Whether ``ij``/``ns`` form dense Hessians for ``dim`` parameters and ``n_units``
+        units: ``"auto"`` does up to ``max_dense_dim`` parameters while ``H`` and the
+        ``D x n`` Jacobian fit in :data:`~approxcv.optim.hessian.SWEEP_BYTES` (the sweep
+        itself runs in chunks of tangents that fit, :func:`~approxcv.optim.hessian.
+        sweep_chunk`), and is matrix-free (CG) beyond."""
+        fits = 8.0 * dim * (dim + n_units) <= SWEEP_BYTES
+        return self.solver == "dense" or (self.solver == "auto" and dim <= self.max_dense_dim
+                                          and fits)
+
+
+def check_options(options: Options) -> None:
+    """Raise ``InvalidArgumentError`` naming the first field of ``options`` out of range:
+    sizes and step limits are integers >= 1 (``max_dense_dim`` >= 0: 0 means never dense),
+    ``cg_rtol`` lies in (0, 1), ``tol`` is positive, ``max_exact`` and ``audit`` are
+    integers >= 0."""
+    check_choice("solver", options.solver, ("auto", "dense", "cg"))
+    check_choice("level", options.level, ("within", "structure"))
+    check_positive_int("max_dense_dim", options.max_dense_dim, 0)
+    if check_positive("cg_rtol", options.cg_rtol) >= 1.0:
+        raise InvalidArgumentError(f"`cg_rtol` must be < 1, got {options.cg_rtol!r}")
+    check_positive_int("cg_max_steps", options.cg_max_steps)
+    if options.batch_size is not None:
+        check_positive_int("batch_size", options.batch_size)
+    check_positive_int("exact_batch_size", options.exact_batch_size)
+    check_positive_int("structure_batch_size", options.structure_batch_size)
+    if options.restarts is not None:
+        check_positive_int("restarts", options.restarts, 0)
+    tol = options.tol
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < float("inf"):
+        raise InvalidArgumentError(f"`tol` must be a positive finite number, got {tol!r}")
+    if options.max_exact is not None:
+        check_positive_int("max_exact", options.max_exact, 0)
+    check_positive_int("audit", options.audit, 0)
+    lam = options.hessian_diagonal
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0 <= lam < float("inf"):
+        raise InvalidArgumentError(
+            f"`hessian_diagonal` must be a finite number >= 0, got {lam!r}")
+    if lam and options.solver == "cg":
+        raise InvalidArgumentError("`hessian_diagonal` applies to dense Hessians; "
+                                   "use solver='dense' or 'auto' with it")

@@ -1,0 +1,116 @@
+"""The package's layout: imports run one way (docs/design.md, "Layers").
+
+Walks every module's imports with :mod:`ast` (module level and inside functions alike, so an
+import moved into a function to dodge a cycle is still seen) and resolves them to modules of
+the package. Importing ``a.b.c`` also runs the ``__init__`` of every package on the way that
+is not already being imported (``a.b`` from ``x.y`` runs ``a/__init__`` and ``a/b/__init__``
+unless ``x.y`` lies inside them), so those edges count too.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import approxcv
+
+ROOT = Path(approxcv.__file__).resolve().parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _package_of(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _resolve(node: ast.ImportFrom, name: str, path: Path) -> str:
+    if not node.level:
+        return node.module or ""
+    base = _package_of(name, path).split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _targets(name: str, path: Path, modules) -> set[str]:
+    """Modules of the package that ``name`` imports anywhere in its source."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            mod = _resolve(node, name, path)
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in modules)
+    out = set()
+    for mod in found:
+        if not (mod == "approxcv" or mod.startswith("approxcv.")):
+            continue
+        while mod not in modules:
+            mod = mod.rpartition(".")[0]
+        parts = mod.split(".")
+        for k in range(1, len(parts) + 1):      # the packages whose __init__ runs first
+            anc = ".".join(parts[:k])
+            if anc in modules and not (name == anc or name.startswith(anc + ".")):
+                out.add(anc)
+    out.discard(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _targets(name, path, modules) for name, path in modules.items()}
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    assert _cycles(import_graph()) == []
+
+
+def test_engine_and_inference_never_import_models():
+    bad = {(a, b) for a, targets in import_graph().items() for b in targets
+           if a.startswith(("approxcv.engine", "approxcv.inference"))
+           and b.startswith("approxcv.models")}
+    assert bad == set()
+
+
+def test_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
