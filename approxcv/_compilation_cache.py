@@ -1,6 +1,6 @@
 """JAX's persistent compilation cache under the user's cache directory.
 
-Besides 64-bit floats this is the one global JAX setting approxcv changes (DESIGN.md). A
+Besides 64-bit floats this is the one global JAX setting approxcv changes (docs/design.md). A
 fresh Python process otherwise recompiles every jitted program — the fit's optimiser loop,
 the IJ's derivative sweep, the held-out kernel — which takes seconds, far longer than
 running them. With the cache, compiled programs are written to

@@ -1,4 +1,4 @@
-"""The table test (STYLE §5): every model class through fit -> IJ -> NS -> exact on a tiny
+"""The table test (docs/design.md, "How to add"): every model class through fit -> IJ -> NS -> exact on a tiny
 problem, plus the protocol's invariants; user-registered methods; unreliable folds."""
 import warnings
 
