@@ -47,7 +47,8 @@ from tqdm.auto import tqdm
 from ._compile import host_workers
 from .errors import ArgumentTypeError, ClosedExecutorError, InvalidArgumentError, NoWorkersError
 
-__all__ = ["run_batches", "check_executor", "is_dask_client", "to_numpy", "worker_grace_seconds", "WORKER_GRACE"]
+__all__ = ["run_batches", "check_executor", "is_dask_client", "to_numpy",
+           "worker_grace_seconds", "WORKER_GRACE"]
 
 #: seconds a run on a Dask cluster waits while the cluster has no worker before it raises
 #: :class:`~approxcv.errors.NoWorkersError` (``APPROXCV_WORKER_GRACE`` overrides it)
@@ -282,8 +283,8 @@ def _submit(executor, task, batches, desc: str):
             raise
         raise ClosedExecutorError(
             f"`executor` ({type(executor).__name__}) does not take tasks: {err}. Pass an "
-            "executor that has not been shut down (one used as `with ... as ex:` is shut "
-            "down when its block ends)") from None
+            "executor that is neither shut down (one used as `with ... as ex:` is, when its "
+            "block ends) nor broken (a process pool whose worker died)") from None
 
 
 def _finished(executor, futures, grace):
