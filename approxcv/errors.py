@@ -106,3 +106,15 @@ class EmptyStateWarning(ApproxCVWarning):
 
 class UnreliableFoldWarning(ApproxCVWarning):
     """Some folds' estimates cannot be vouched for (``diagnostics['unreliable_folds']``)."""
+
+
+class ClosedExecutorError(InvalidArgumentError):
+    """The ``executor`` cannot take tasks: a Dask ``Client`` that is closed (or closing, or
+    cut off from its scheduler), or a ``concurrent.futures`` executor after ``shutdown()``.
+    The message says which and how to get an open one."""
+
+
+class NoWorkersError(InvalidArgumentError):
+    """A Dask cluster has no worker to run approxcv's tasks: none when the run starts, or every
+    worker gone mid-run for longer than the grace period (``APPROXCV_WORKER_GRACE``). The
+    message says how much was finished and, for exact CV, whether a checkpoint holds it."""

@@ -2,6 +2,9 @@
 processes serves every test here (starting one costs seconds)."""
 import glob
 import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -10,13 +13,16 @@ import pytest
 
 import approxcv as acv
 from approxcv import engine
-from approxcv.errors import InvalidArgumentError
-from approxcv.executors import run_batches
+from approxcv.engine.checkpoint import Checkpoint
+from approxcv.errors import ClosedExecutorError, InvalidArgumentError, NoWorkersError
+from approxcv.executors import run_batches, worker_grace_seconds
 
 distributed = pytest.importorskip("distributed")
 
 N, N_FOLDS = 40, 8
 OPTS = dict(progress=False, warn=False, exact_batch_size=2)
+#: a call that has not returned after this long is taken to hang (a liveness bound, no timing)
+HANG_SECONDS = 120
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +141,120 @@ def test_dask_client_without_workers_is_refused():
             distributed.Client(c) as empty:
         with pytest.raises(InvalidArgumentError, match="`executor` is a Dask Client with no"):
             run_batches(abs, [(1,)], empty, progress=False)
+
+
+def checkpointed_ids(path) -> np.ndarray:
+    """Fold ids of every batch file of the checkpoint at ``path``, sorted (repeats kept)."""
+    return np.sort(np.concatenate(
+        [np.load(f)["fold_ids"] for f in glob.glob(str(path) + "/batch-*.npz")] or [[]]))
+
+
+def test_dask_every_worker_gone_mid_run_raises_and_the_checkpoint_resumes(
+        ridge_problem, tmp_path, monkeypatch):
+    """``cluster.scale(0)`` once 2 of the 4 batches are checkpointed: the results not yet
+    fetched are lost with the worker and wait for one that never comes. The run raises
+    NoWorkersError after the grace (2 s here) naming the 4 folds done and the checkpoint
+    holding them; with a worker back, the same call refits only the other 4 (each fold
+    once in the checkpoint) and equals in-process exact CV."""
+    model, data, params, folds, ref = ridge_problem
+    monkeypatch.setenv("APPROXCV_WORKER_GRACE", "2")
+    ckpt, append = tmp_path / "ckpt", Checkpoint.append
+    kw = dict(params=params, checkpoint=ckpt, **OPTS)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        saved = []
+
+        def append_then_scale_to_zero(self, *args, **kwargs):
+            append(self, *args, **kwargs)
+            saved.append(args)
+            if len(saved) == 2:
+                cluster.scale(0)
+                for _ in range(600):        # until the scheduler has seen it (at most 30 s)
+                    if not client.scheduler_info(n_workers=1)["n_workers"]:
+                        break
+                    time.sleep(0.05)
+
+        monkeypatch.setattr(Checkpoint, "append", append_then_scale_to_zero)
+        guard = ThreadPoolExecutor(1)   # an unbounded wait fails the test instead of hanging it
+        run = guard.submit(acv.cross_validate, model, data, folds, "exact", executor=client,
+                           **kw)
+        guard.shutdown(wait=False)
+        with pytest.raises(NoWorkersError, match=r"exact CV stopped with 4 of 8 folds done; "
+                           r"the checkpoint .*ckpt' holds them: start workers and rerun the "
+                           r"same call, which refits only the 4 missing folds\. every "
+                           r"worker of the Dask cluster .* is gone: none for 2 s") as err:
+            run.result(timeout=HANG_SECONDS)
+        assert (err.value.done, err.value.total) == (4, 8)
+        assert len(checkpointed_ids(ckpt)) == 4
+        monkeypatch.setattr(Checkpoint, "append", append)
+        cluster.scale(1)
+        client.wait_for_workers(1, timeout=60)
+        res = acv.cross_validate(model, data, folds, "exact", executor=client, **kw)
+    np.testing.assert_array_equal(checkpointed_ids(ckpt), np.sort(folds.ids))
+    np.testing.assert_allclose(res.fold_loss, ref.fold_loss, rtol=1e-12, atol=1e-12)
+
+
+def test_closed_dask_client_or_executor_is_refused_by_name(ridge_problem):
+    """A closed client is refused before any work by run_batches, exact CV and select (it
+    once raised AttributeError while approxcv built its message); so is a shut-down
+    ``concurrent.futures`` executor (RuntimeError from submit)."""
+    model, data, params, folds, _ = ridge_problem
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster:
+        client = distributed.Client(cluster)
+        client.close()
+        calls = {
+            "run_batches": lambda: run_batches(abs, [(1,)], client, progress=False),
+            "exact": lambda: acv.cross_validate(model, data, folds, "exact", params=params,
+                                                executor=client, **OPTS),
+            "select": lambda: acv.select(acv.models.Ridge, {"a": {"lam": 1.0}}, data, folds,
+                                         "exact", executor=client, **OPTS)}
+        for name, call in calls.items():
+            with pytest.raises(ClosedExecutorError, match="Dask Client whose status is "
+                               "'closed', not 'running'"):
+                call()
+    pool = ThreadPoolExecutor(1)
+    pool.shutdown()
+    with pytest.raises(ClosedExecutorError, match=r"`executor` \(ThreadPoolExecutor\) does "
+                       "not take tasks"):
+        run_batches(abs, [(1,), (2,)], pool, progress=False)
+
+
+def test_results_reach_on_result_as_they_finish_on_a_concurrent_futures_executor():
+    """Batch 0 finishes only after batch 1 has: ``on_result`` (a checkpoint) gets batch 1
+    first rather than waiting for batch 0; results still come back in order."""
+    second_done = threading.Event()
+
+    def task(i):
+        if i == 0:
+            assert second_done.wait(HANG_SECONDS)
+        return 10 * i
+
+    seen = []
+
+    def on_result(i, out):
+        seen.append(i)
+        if i == 1:
+            second_done.set()
+
+    with ThreadPoolExecutor(2) as pool:
+        assert run_batches(task, [(0,), (1,)], pool, progress=False,
+                           on_result=on_result) == [0, 10]
+    assert seen == [1, 0]
+
+
+def test_worker_grace_reads_the_environment_and_refuses_nonsense(monkeypatch):
+    monkeypatch.delenv("APPROXCV_WORKER_GRACE", raising=False)
+    assert worker_grace_seconds() == acv.executors.WORKER_GRACE
+    assert worker_grace_seconds(3) == 3.0
+    monkeypatch.setenv("APPROXCV_WORKER_GRACE", "inf")
+    assert worker_grace_seconds() == float("inf")
+    for bad in ("0", "-5", "nan", "soon"):
+        monkeypatch.setenv("APPROXCV_WORKER_GRACE", bad)
+        with pytest.raises(InvalidArgumentError, match="APPROXCV_WORKER_GRACE must be a "
+                           "positive number"):
+            worker_grace_seconds()
 
 
 class ExitOnSecondBatch(distributed.WorkerPlugin):

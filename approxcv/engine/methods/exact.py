@@ -48,8 +48,9 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 
-from ...errors import ConvergenceWarning, InvalidArgumentError, LocalOptimumWarning
-from ...executors import run_batches
+from ...errors import (ConvergenceWarning, InvalidArgumentError, LocalOptimumWarning,
+                       NoWorkersError)
+from ...executors import check_executor, run_batches
 from ...fitting import pad_rows
 from ...optim import batched_minimize, batched_newton_minimize
 from ...optim.precondition import hessian_preconditioner, preconditioned
@@ -179,6 +180,26 @@ def _open_checkpoint(path, problem, task, starts, dim):
     return Checkpoint(path, print_, fields)
 
 
+def _workers_lost(err, n_done: int, n_folds: int, checkpoint, cross: bool = False):
+    """The :class:`NoWorkersError` of a run whose Dask workers all left mid-run (``err``
+    from :func:`~approxcv.executors.run_batches`), saying how many folds are done and whether
+    ``checkpoint`` keeps them."""
+    if checkpoint is None:
+        kept = ("without `checkpoint=` they are lost when this call returns: pass "
+                "checkpoint='<dir>' to keep finished folds across a rerun")
+    elif cross:
+        kept = (f"the checkpoint {str(checkpoint)!r} holds them; the refits from other folds' "
+                "optima (cross-fold starts) were interrupted: start workers and rerun the "
+                "same call, which redoes only those")
+    else:
+        kept = (f"the checkpoint {str(checkpoint)!r} holds them: start workers and rerun the "
+                f"same call, which refits only the {n_folds - n_done} missing folds")
+    lost = NoWorkersError(f"exact CV stopped with {n_done} of {n_folds} folds done; {kept}. "
+                          f"{err}")
+    lost.done, lost.total = n_done, n_folds
+    return lost
+
+
 def _precondition_kind(pre) -> str:
     return "identity" if pre is None else "repaired" if pre.floored else "hessian"
 
@@ -203,6 +224,7 @@ def _fit_state(problem, options, solver):
 
 def exact(problem, folds, options):
     """Refit every fold (module docstring); returns ``(params (n_folds, D), diagnostics)``."""
+    check_executor(options.executor)        # a closed client, before the fit's derivatives
     solver = refit_solver(problem, options)
     state, pre = _fit_state(problem, options, solver)
     t = time.perf_counter()
@@ -242,9 +264,14 @@ def exact(problem, folds, options):
         done.update(new)
         save(new)
 
-    run_batches(task, batches, executor=options.executor, progress=options.progress,
-                desc="exact CV", sizes=[len(g) for g in groups], on_result=record,
-                threads=True)
+    try:
+        run_batches(task, batches, executor=options.executor, progress=options.progress,
+                    desc="exact CV", sizes=[len(g) for g in groups], on_result=record,
+                    threads=True)
+    except NoWorkersError as err:
+        if not hasattr(err, "done"):        # no workers from the start: refused as it is
+            raise
+        raise _workers_lost(err, len(done), len(ids), options.checkpoint) from err
     rec = {f: np.stack([np.asarray(done[fid][f]) for fid in ids]) for f in done[ids[0]]}
 
     def refit_from(u0s, positions):
@@ -252,10 +279,15 @@ def exact(problem, folds, options):
         shape (the program already compiled)."""
         chunks = [np.arange(s, min(s + task.pad_to, len(positions)))
                   for s in range(0, len(positions), task.pad_to)]
-        outs = run_batches(task, [(u0s[c], weights_of(positions[c]), problem.data)
-                                  for c in chunks], executor=options.executor,
-                           progress=options.progress, desc="exact CV (cross-fold starts)",
-                           sizes=[len(c) for c in chunks], threads=True)
+        try:
+            outs = run_batches(task, [(u0s[c], weights_of(positions[c]), problem.data)
+                                      for c in chunks], executor=options.executor,
+                               progress=options.progress, desc="exact CV (cross-fold starts)",
+                               sizes=[len(c) for c in chunks], threads=True)
+        except NoWorkersError as err:
+            if not hasattr(err, "done"):
+                raise
+            raise _workers_lost(err, len(done), len(ids), options.checkpoint, True) from err
         return {f: np.concatenate([o[f] for o in outs]) for f in outs[0]}
 
     index = folds.padded()
