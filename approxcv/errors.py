@@ -106,3 +106,14 @@ class EmptyStateWarning(ApproxCVWarning):
 
 class UnreliableFoldWarning(ApproxCVWarning):
     """Some folds' estimates cannot be vouched for (``diagnostics['unreliable_folds']``)."""
+
+
+class IncomparableResultsError(InvalidArgumentError):
+    """Two results cannot be compared: they were computed on other data, at another level,
+    on another number of units or on other folds. The message names the field that differs
+    (``data``, ``level``, ``units``, ``folds``) and the two results."""
+
+
+class ResultWriteError(ApproxCVError, ValueError):
+    """A result or report cannot be written (a missing folder, no permission, a full disk).
+    The message names the path and what to fix; an earlier file at that path is left intact."""

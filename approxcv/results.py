@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from .errors import ArgumentTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError, IncomparableResultsError, InvalidArgumentError
 from .folds import Folds
 
 __all__ = ["CVResult", "compare", "compare_models"]
@@ -32,6 +32,11 @@ class CVResult:
         stage_seconds: wall time of each stage (derivatives, solve/refit, heldout).
         diagnostics: dict with at least ``grad_norm``, ``hessian_min_eig``, ``jitter``.
         fit_seconds: time of the initial fit if ``cross_validate`` ran it, else ``None``.
+        fingerprint: what the result was computed on,
+            :func:`~approxcv.engine.fingerprint.result_fingerprint`: ``{"data": sha256 of
+            the data, "level", "units": number of units, "folds": sha256 of the folds}``;
+            ``None`` for a result built by hand. :func:`compare_models`, :func:`compare`
+            and the report refuse to set side by side results of other inputs.
     """
     method: str
     scheme: str | None
@@ -45,6 +50,7 @@ class CVResult:
     stage_seconds: dict = field(default_factory=dict)
     diagnostics: dict = field(default_factory=dict)
     fit_seconds: float | None = None
+    fingerprint: dict | None = None
 
     @property
     def fold_ids(self) -> np.ndarray:
@@ -73,9 +79,10 @@ class CVResult:
     @property
     def unreliable(self) -> np.ndarray:
         """``(n_folds,)`` bool: folds the method cannot vouch for
-        (``diagnostics["unreliable_folds"]``)."""
+        (``diagnostics["unreliable_folds"]``) and folds whose fold loss or any point loss is
+        not finite (a NaN is never an estimate, flagged or not)."""
         bad = np.asarray(self.diagnostics.get("unreliable_folds", []), dtype=int)
-        return np.isin(self.fold_ids, bad)
+        return np.isin(self.fold_ids, bad) | ~_finite_folds(self)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per left-out unit: ``fold_id``, ``unit``, ``loss``, the fold's
@@ -163,6 +170,60 @@ class CVResult:
         return self.diagnostics.get("error_estimate")
 
 
+def _finite_folds(result: CVResult) -> np.ndarray:
+    """``(n_folds,)`` bool: the fold loss and every point loss of the fold are finite."""
+    ok = np.isfinite(np.asarray(result.fold_loss, float))
+    sizes = np.array([len(p) for p in result.point_loss], dtype=np.int64)
+    if len(sizes) != len(ok) or not sizes.size:
+        return ok
+    flat = np.isfinite(np.concatenate([np.asarray(p, float).ravel() for p in result.point_loss]))
+    starts = np.cumsum(sizes) - sizes
+    nonempty = sizes > 0
+    all_finite = np.ones(len(sizes), bool)
+    all_finite[nonempty] = np.logical_and.reduceat(flat, starts[nonempty]) if flat.size else True
+    return ok & all_finite
+
+
+def _inputs(result: CVResult) -> dict:
+    """What ``result`` was computed on, for comparisons: its ``level`` and number of
+    ``units`` (from the result itself) and the digest of its ``data`` (from its
+    :attr:`~CVResult.fingerprint`; ``None``, unknown, for a result built by hand)."""
+    fp = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
+    return {"level": result.level, "units": int(result.folds.n), "data": fp.get("data")}
+
+
+def check_comparable(results: Mapping, *, check_data: bool = True,
+                     purpose: str = "compared") -> None:
+    """Raise :class:`~approxcv.errors.IncomparableResultsError` naming the first field
+    (``level``, ``units``, ``data``) on which a result of ``results`` (``{label:
+    CVResult}``) differs from the first one. A data digest that one side lacks (a result
+    built by hand) is not compared; ``check_data=False`` skips the data."""
+    names = list(results)
+    ref = _inputs(results[names[0]])
+    for name in names[1:]:
+        got = _inputs(results[name])
+        pair = f"results {names[0]!r} and {name!r}"
+        if got["level"] != ref["level"]:
+            raise IncomparableResultsError(
+                f"{pair} were computed at different levels ({ref['level']!r} and "
+                f"{got['level']!r}; field 'level' differs): their units are different things "
+                f"(e.g. whole sentences and single labels), so they cannot be {purpose}; "
+                "compute both at the same `level`")
+        if got["units"] != ref["units"]:
+            raise IncomparableResultsError(
+                f"{pair} were computed on different numbers of units ({ref['units']} and "
+                f"{got['units']}; field 'units' differs), so they cannot be {purpose} even "
+                "where their fold indices agree; compute both on the same data")
+        if check_data and None not in (ref["data"], got["data"]) and got["data"] != ref["data"]:
+            raise IncomparableResultsError(
+                f"{pair} were computed on different data (field 'data' differs: digest "
+                f"{ref['data'][:12]}… and {got['data'][:12]}…), so they cannot be {purpose}; "
+                "compute both on the same data"
+                + (". If the models predict the same observations from different inputs "
+                   "(e.g. two feature sets of a regression), pass check_data=False"
+                   if purpose == "ranked" else ""))
+
+
 def compare(approx: CVResult, exact: CVResult) -> pd.DataFrame:
     """Relative errors of ``approx`` against ``exact`` on the folds both contain.
 
@@ -180,6 +241,7 @@ def compare(approx: CVResult, exact: CVResult) -> pd.DataFrame:
     for name, r in (("approx", approx), ("exact", exact)):
         if not isinstance(r, CVResult):
             raise ArgumentTypeError(f"`{name}` must be a CVResult, got {type(r).__name__}")
+    check_comparable({"approx": approx, "exact": exact})
     _, ia, ie = np.intersect1d(approx.fold_ids, exact.fold_ids, return_indices=True)
     if ia.size == 0:
         raise InvalidArgumentError("`approx` and `exact` have no fold ids in common")
@@ -226,14 +288,16 @@ def _same_units(results: dict) -> tuple:
     for name in names[1:]:
         r = results[name]
         if len(r) != len(first) or not np.array_equal(np.asarray(r.fold_ids), ids):
-            raise InvalidArgumentError(
+            raise IncomparableResultsError(
                 f"results {names[0]!r} and {name!r} have different folds ({len(first)} and "
-                f"{len(r)} folds, or other fold ids): models are compared on the same folds")
+                f"{len(r)} folds, or other fold ids; field 'folds' differs): models are "
+                "compared on the same folds")
         for i in range(len(r)):
             if not np.array_equal(np.asarray(r.folds[i]), units[i]):
-                raise InvalidArgumentError(
+                raise IncomparableResultsError(
                     f"fold {int(ids[i])} leaves out different units in {names[0]!r} and "
-                    f"{name!r}: models are compared on the same units")
+                    f"{name!r} (field 'folds' differs): models are compared on the same "
+                    "units")
     return ids, units
 
 
@@ -247,12 +311,17 @@ def _paired_se(values: np.ndarray, unit: str) -> float:
     return sd * np.sqrt(n) if unit == "point" else sd / np.sqrt(n)
 
 
-def compare_models(results, *, on: str = "all", unit: str = "auto") -> pd.DataFrame:
+def compare_models(results, *, on: str = "all", unit: str = "auto",
+                   check_data: bool = True) -> pd.DataFrame:
     """Rank models by cross-validated expected log predictive density, with paired
     standard errors (the layout of ``arviz_stats.compare``).
 
-    Every result must hold the same folds leaving out the same units (a
-    :class:`~approxcv.errors.InvalidArgumentError` says which differ). With
+    Every result must have been computed on the same inputs: the same ``level``, the same
+    number of units, the same data (by the digest in :attr:`CVResult.fingerprint`, where
+    both results have one) and the same folds leaving out the same units; otherwise an
+    :class:`~approxcv.errors.IncomparableResultsError` names the field that differs
+    (``level``, ``units``, ``data``, ``folds``). A fold whose loss is not finite is
+    unreliable (:attr:`CVResult.unreliable`) whether or not its method flagged it. With
     ``elpd_i = -loss_i`` for each unit ``i``:
 
     * ``unit="point"`` (the default when no unit is left out twice, e.g. leave-one-out or
@@ -261,7 +330,8 @@ def compare_models(results, *, on: str = "all", unit: str = "auto") -> pd.DataFr
       paired standard error of the difference, which is what decides between models (it is
       much smaller than either ``se`` when the models err on the same units). Variances
       are taken with ``ddof=1`` as in R's ``loo`` (``arviz_stats.compare`` uses ``ddof=0``
-      for ``dse``: a factor ``sqrt(n / (n - 1))``).
+      for ``dse``: a factor ``sqrt(n / (n - 1))``). It needs every unit left out at most
+      once; asked for on overlapping folds it is refused (use ``"fold"``).
     * ``unit="fold"`` (the default when folds overlap, e.g. repeated i.i.d. folds, where the
       units are not independent draws): the same quantities with ``elpd_i`` the fold's joint
       ``-fold_loss`` and means in place of sums: ``elpd = mean_i elpd_i``,
@@ -275,6 +345,9 @@ def compare_models(results, *, on: str = "all", unit: str = "auto") -> pd.DataFr
         results: mapping ``{label: CVResult}`` (at least one).
         on: ``"all"`` or ``"reliable"``.
         unit: ``"auto"``, ``"point"`` or ``"fold"``.
+        check_data: ``False`` to rank models that predict the same observations from
+            different data (e.g. two feature sets of a regression), whose data digests
+            differ by design; level, units and folds are checked all the same.
 
     Returns:
         DataFrame indexed by label, best first, with columns ``rank``, ``elpd``, ``se``,
@@ -292,10 +365,18 @@ def compare_models(results, *, on: str = "all", unit: str = "auto") -> pd.DataFr
         raise InvalidArgumentError(f"`on` must be 'all' or 'reliable', got {on!r}")
     if unit not in ("auto", "point", "fold"):
         raise InvalidArgumentError(f"`unit` must be 'auto', 'point' or 'fold', got {unit!r}")
+    check_comparable(results, check_data=bool(check_data), purpose="ranked")
     ids, units = _same_units(results)
+    flat = np.concatenate(units)
+    distinct = np.unique(flat).size
     if unit == "auto":
-        flat = np.concatenate(units)
-        unit = "point" if np.unique(flat).size == flat.size else "fold"
+        unit = "point" if distinct == flat.size else "fold"
+    elif unit == "point" and distinct != flat.size:
+        raise InvalidArgumentError(
+            f"unit='point' needs every unit left out at most once, but these {len(ids)} "
+            f"folds leave out {distinct} distinct units {flat.size} times (the folds "
+            "overlap): per-unit sums would count units repeatedly and their standard errors "
+            "treat dependent values as independent; use unit='fold' (or 'auto')")
     bad = {name: r.unreliable for name, r in results.items()}
     keep = np.ones(len(ids), bool)
     if on == "reliable":
