@@ -117,3 +117,8 @@ class IncomparableResultsError(InvalidArgumentError):
 class ResultWriteError(ApproxCVError, ValueError):
     """A result or report cannot be written (a missing folder, no permission, a full disk).
     The message names the path and what to fix; an earlier file at that path is left intact."""
+
+
+class ResultFileWarning(ApproxCVWarning):
+    """Saved results were skipped because they cannot be read; the message lists each file
+    and why."""
