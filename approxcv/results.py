@@ -128,8 +128,18 @@ class CVResult:
         point losses (one entry per left-out unit, in fold order, coordinate ``obs`` = the
         unit), ``elpd`` their sum, ``se = sqrt(n) sd(elpd_i)``, ``pareto_k`` from
         ``diagnostics["pareto_k"]`` where a method reports it (else zeros: no importance
-        sampling happened), ``warning`` if any fold is unreliable. ``arviz_stats.compare``
-        accepts it beside results of any other model or method with the same units.
+        sampling happened), ``warning`` if any fold is unreliable (:attr:`unreliable`, which
+        includes folds whose loss is not finite). ``arviz_stats.compare`` accepts it beside
+        results of any other model or method with the same units.
+
+        ``p`` (the effective number of parameters, ``p_loo = lpd - elpd``) is
+        ``diagnostics["p_loo"]`` where a method reports it, else ``sum(lpd_full) - elpd``
+        where ``diagnostics["lpd_full"]`` holds the in-sample log densities of the left-out
+        units (``log p(x_t | x_kept; theta_full)``, one per unit in the order of
+        ``elpd_i``). Neither is recorded by ``cross_validate``: the in-sample densities of
+        every fold would cost another held-out pass (a third of an IJ run); there ``p`` is
+        NaN, which ``arviz_stats.compare`` shows as its ``p`` column and uses for nothing
+        else (ranks, differences and standard errors do not depend on it).
 
         Raises:
             ImportError: arviz-stats (a dependency of approxcv) is not installed.
@@ -149,11 +159,25 @@ class CVResult:
         return ELPDData(
             kind="loo", elpd=float(elpd_i.sum()),
             se=float(np.sqrt(n) * np.std(elpd_i, ddof=1)) if n > 1 else float("nan"),
-            p=float(self.diagnostics.get("p_loo", np.nan)),
+            p=self._p_loo(float(elpd_i.sum()), n),
             n_samples=int(self.diagnostics.get("n_samples", 1)), n_data_points=n,
             scale="log", warning=bool(self.unreliable.any()), good_k=0.7,
             elpd_i=xr.DataArray(elpd_i, dims=("obs",), coords=coords),
             pareto_k=xr.DataArray(k, dims=("obs",), coords=coords))
+
+    def _p_loo(self, elpd: float, n: int) -> float:
+        """``p_loo = lpd - elpd`` from ``diagnostics`` (see :meth:`to_arviz`), else NaN."""
+        if "p_loo" in self.diagnostics:
+            return float(self.diagnostics["p_loo"])
+        lpd = self.diagnostics.get("lpd_full")
+        if lpd is None:
+            return float("nan")
+        lpd = np.asarray(lpd, float).reshape(-1)
+        if lpd.size not in (1, n):
+            raise InvalidArgumentError(
+                f"diagnostics['lpd_full'] holds {lpd.size} values; it must hold the total "
+                f"in-sample log density or one per left-out unit ({n})")
+        return float(lpd.sum() - elpd)
 
     def save(self, path, *, model=None):
         """Write the result to ``PATH.json`` (readable: method, timings, scalar diagnostics)

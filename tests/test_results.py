@@ -187,3 +187,21 @@ def test_point_units_on_overlapping_folds_are_refused():
     with pytest.raises(InvalidArgumentError, match="unit='point'.*47 distinct units 200 times"):
         acv.compare_models({"a": ra, "b": rb}, unit="point")
     assert acv.compare_models({"a": ra, "b": rb}).attrs["unit"] == "fold"
+
+
+def test_to_arviz_fills_p_from_the_in_sample_density_and_flags_nan_folds(loo_pair):
+    arviz_stats = pytest.importorskip("arviz_stats")
+    folds, a, b = loo_pair
+    ra, rb = _result(folds, a[:, None]), _result(folds, b[:, None])
+    assert np.isnan(ra.to_arviz().p)                 # nothing to compute it from: NaN
+    ra.diagnostics["lpd_full"] = -a + 0.05           # in-sample: a little better per unit
+    rb.diagnostics["p_loo"] = 3.5
+    table = arviz_stats.compare({"a": ra.to_arviz(), "b": rb.to_arviz()})
+    np.testing.assert_allclose(table.loc["a", "p"], 0.05 * a.size, rtol=1e-9)
+    assert table.loc["b", "p"] == 3.5 and np.isfinite(table["p"].to_numpy(float)).all()
+    ra.diagnostics["lpd_full"] = np.zeros(3)
+    with pytest.raises(InvalidArgumentError, match="lpd_full"):
+        ra.to_arviz()
+    nan = b.copy()
+    nan[2] = np.nan
+    assert _result(folds, nan[:, None]).to_arviz().warning   # unflagged NaN fold: a warning
