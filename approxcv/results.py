@@ -208,6 +208,11 @@ def _finite_folds(result: CVResult) -> np.ndarray:
     return ok & all_finite
 
 
+# what a level's units are: single observations ("within" a structure, or the "point"s of
+# a GP's leave-one-out) or whole structures; results compare only on the same kind
+_UNIT_KIND = {"within": "observation", "point": "observation", "structure": "structure"}
+
+
 def _inputs(result: CVResult) -> dict:
     """What ``result`` was computed on, for comparisons: its ``level`` and number of
     ``units`` (from the result itself) and the digest of its ``data`` (from its
@@ -216,18 +221,25 @@ def _inputs(result: CVResult) -> dict:
     return {"level": result.level, "units": int(result.folds.n), "data": fp.get("data")}
 
 
+def _same_kind(a: str, b: str) -> bool:
+    """Units at levels ``a`` and ``b`` are the same kind of thing (see ``_UNIT_KIND``)."""
+    return a == b or _UNIT_KIND.get(a, a) == _UNIT_KIND.get(b, b)
+
+
 def check_comparable(results: Mapping, *, check_data: bool = True,
                      purpose: str = "compared") -> None:
     """Raise :class:`~approxcv.errors.IncomparableResultsError` naming the first field
     (``level``, ``units``, ``data``) on which a result of ``results`` (``{label:
-    CVResult}``) differs from the first one. A data digest that one side lacks (a result
-    built by hand) is not compared; ``check_data=False`` skips the data."""
+    CVResult}``) differs from the first one. Levels whose units are single observations
+    (``"within"``, a GP's ``"point"``) compare with each other, not with ``"structure"``.
+    A data digest that one side lacks (a result built by hand) is not compared;
+    ``check_data=False`` skips the data."""
     names = list(results)
     ref = _inputs(results[names[0]])
     for name in names[1:]:
         got = _inputs(results[name])
         pair = f"results {names[0]!r} and {name!r}"
-        if got["level"] != ref["level"]:
+        if not _same_kind(got["level"], ref["level"]):
             raise IncomparableResultsError(
                 f"{pair} were computed at different levels ({ref['level']!r} and "
                 f"{got['level']!r}; field 'level' differs): their units are different things "

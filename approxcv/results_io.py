@@ -23,7 +23,7 @@ import io
 import json
 import os
 import sys
-import tempfile
+import secrets
 import warnings
 from collections import namedtuple
 from pathlib import Path
@@ -217,7 +217,9 @@ def write_atomic(path, data: bytes | str) -> Path:
                                "does not exist (create it first)")
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        # mode 0o666 less the umask, as an ordinary write would give (not mkstemp's 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

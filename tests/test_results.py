@@ -165,6 +165,9 @@ def test_results_at_different_levels_are_refused(loo_pair):
         acv.compare_models({"sentences": structure, "labels": within})
     with pytest.raises(IncomparableResultsError, match="field 'level'"):
         acv.compare(within, structure)
+    # a GP's leave-one-out points and one series' points are both single observations
+    gp_points = dataclasses.replace(_result(folds, b[:, None]), level="point", scheme=None)
+    assert len(acv.compare_models({"series": within, "gp": gp_points})) == 2
 
 
 def test_an_unflagged_nan_fold_is_unreliable_and_warned(loo_pair):

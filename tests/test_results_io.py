@@ -101,7 +101,7 @@ def test_a_save_into_a_read_only_folder_says_so(tmp_path, monkeypatch):
     if os.geteuid() == 0:                      # root writes anyway: refuse as the OS would
         def denied(*args, **kwargs):
             raise PermissionError(errno.EACCES, "Permission denied")
-        monkeypatch.setattr(results_io.tempfile, "mkstemp", denied)
+        monkeypatch.setattr(results_io.os, "open", denied)
     else:
         folder.chmod(0o555)
     try:
@@ -121,6 +121,13 @@ def test_a_missing_parent_is_created_or_named(tmp_path):
         _result(1.0).save(tmp_path / "a_file" / "sub" / "r")
     with pytest.raises(ResultWriteError, match="does not exist.*create it"):
         results_io.write_atomic(tmp_path / "nowhere" / "report.html", "x")
+
+
+def test_saved_files_get_the_mode_of_an_ordinary_write(tmp_path):
+    (tmp_path / "plain").write_text("x")
+    _result(1.0).save(tmp_path / "r")
+    mode = (tmp_path / "plain").stat().st_mode & 0o777
+    assert {(tmp_path / n).stat().st_mode & 0o777 for n in ("r.json", "r.npz")} == {mode}
 
 
 def test_load_results_on_a_missing_directory_is_an_error(tmp_path):
