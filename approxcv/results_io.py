@@ -64,6 +64,12 @@ def _stem(path) -> Path:
     return p.with_suffix("") if p.suffix in (".json", ".npz") else p
 
 
+def _beside(stem: Path, suffix: str) -> Path:
+    """``STEM.suffix``: ``stem`` with ``suffix`` added, never replacing a dot in its name
+    (``lam=0.3`` -> ``lam=0.3.json``, not ``lam=0.json``)."""
+    return stem.with_name(stem.name + suffix)
+
+
 class _Encoder:
     """Turns a value into JSON, moving every array into ``self.arrays`` (named ``a0``,
     ``a1``, ...); ``where`` names the value in error messages."""
@@ -293,7 +299,7 @@ def save_result(result, path, *, model=None) -> Path:
         raise ResultWriteError(f"cannot create the folder {str(stem.parent)!r} for the result "
                                f"{str(stem)!r}: {_oserror_text(err)}") from None
     pending = write_atomic(_pending_npz(stem, meta["npz_sha256"]), arrays)
-    json_path = stem.with_suffix(".json")
+    json_path = _beside(stem, ".json")
     try:
         write_atomic(json_path, text)          # the commit: from here on the new result loads
     except ResultWriteError:
@@ -301,11 +307,11 @@ def save_result(result, path, *, model=None) -> Path:
             pending.unlink()
         raise
     try:
-        os.replace(pending, stem.with_suffix(".npz"))
+        os.replace(pending, _beside(stem, ".npz"))
     except OSError as err:
         raise ResultWriteError(
             f"the result {str(json_path)!r} is saved, but its arrays stay in {str(pending)!r} "
-            f"(renaming them to {str(stem.with_suffix('.npz'))!r} failed: "
+            f"(renaming them to {str(_beside(stem, '.npz'))!r} failed: "
             f"{_oserror_text(err)}); it loads as it is") from None
     for stray in stem.parent.glob(f"{glob.escape(stem.name)}.*.npz.pending"):
         with contextlib.suppress(OSError):     # left by saves killed before their commit
@@ -352,7 +358,7 @@ def _file_digest(path: Path) -> str:
 def _arrays_path(stem: Path, json_path: Path, meta: dict) -> Path:
     """The ``.npz`` that belongs to ``meta``: ``STEM.npz`` if its sha256 is the one the
     ``.json`` records, else the pending arrays of a save killed after its commit."""
-    npz_path = stem.with_suffix(".npz")
+    npz_path = _beside(stem, ".npz")
     digest = meta.get("npz_sha256")
     try:
         if digest is None:                  # format version 1: no digest recorded
@@ -407,7 +413,7 @@ def read_result(path) -> SavedResult:
     model; see :func:`load_result`."""
     from .folds import Folds
     stem = _stem(path)
-    json_path = stem.with_suffix(".json")
+    json_path = _beside(stem, ".json")
     if not json_path.is_file():
         raise ResultFileError(f"no saved result at {str(stem)!r}: {str(json_path)!r} "
                               "does not exist")

@@ -203,3 +203,10 @@ def test_a_fingerprint_survives_the_round_trip(tmp_path):
         warnings.simplefilter("error")
         back = acv.load_result(res.save(tmp_path / "r"))
     assert back.fingerprint == res.fingerprint
+
+
+def test_names_with_dots_keep_them(tmp_path):
+    _result(1.0).save(tmp_path / "lam=0.3")
+    _result(2.0).save(tmp_path / "lam=0.5")        # not both written to lam=0.json
+    assert _loss(tmp_path / "lam=0.3") == 1.0 and _loss(tmp_path / "lam=0.5.json") == 2.0
+    assert sorted(acv.load_results(tmp_path)) == ["lam=0.3", "lam=0.5"]
