@@ -35,9 +35,17 @@ def result_name(s: SavedResult) -> str:
     return f"{s.label} ({s.result.method})"
 
 
+def data_digest(s: SavedResult) -> str | None:
+    """The digest of the data ``s`` was computed on (its fingerprint), or ``None``."""
+    fp = s.result.fingerprint
+    return fp.get("data") if isinstance(fp, dict) else None
+
+
 def find_pairs(saved: list[SavedResult]) -> list[Pair]:
     """Every (approximate, exact) pair with the same model, scheme and level and at least
-    one fold id in common."""
+    one fold id in common. Only a pair whose fingerprints show the same data and units is
+    compared; the others are listed with why not (other data, units or level, or a result
+    without a fingerprint), never compared."""
     pairs = []
     for e in (s for s in saved if s.result.method == "exact"):
         for a in (s for s in saved if s.result.method != "exact"):
@@ -45,11 +53,23 @@ def find_pairs(saved: list[SavedResult]) -> list[Pair]:
                     and a.result.level == e.result.level)
             if not same or not np.intersect1d(a.result.fold_ids, e.result.fold_ids).size:
                 continue
+            lacking = [s.label for s in (a, e) if data_digest(s) is None]
+            if lacking:
+                pairs.append(Pair(a, e, None, f"{' and '.join(map(repr, lacking))} carr"
+                                  f"{'y' if len(lacking) > 1 else 'ies'} no fingerprint of "
+                                  "its data (saved by an older approxcv, or built by hand), so "
+                                  "nothing shows that both were computed on the same data"))
+                continue
             try:
                 pairs.append(Pair(a, e, compare(a.result, e.result), None))
             except InvalidArgumentError as err:
                 pairs.append(Pair(a, e, None, str(err)))
     return pairs
+
+
+def compared(pairs: list[Pair]) -> list[Pair]:
+    """The pairs that were compared (their fingerprints match)."""
+    return [p for p in pairs if p.table is not None]
 
 
 def _pair_summary(p: Pair) -> str:
@@ -95,7 +115,7 @@ def approx_exact_section(pairs: list[Pair]) -> tuple:
         head = (f"<h3>{H.esc(result_name(p.approx))} against {H.esc(result_name(p.exact))}, model "
                 f"{H.esc(model_name(p.approx))}</h3>")
         if p.table is None:
-            parts.append(head + H.note(f"Not compared: {p.problem}"))
+            parts.append(head + H.note(f"Not compared (no relative errors shown): {p.problem}"))
             continue
         folds = p.table[p.table.kind == "fold"]
         cols = ["fold_id", "approx", "exact", "abs_error", "rel_error", "unreliable"]

@@ -2,28 +2,36 @@
 the demo's summary, the model comparison, timings and unreliable folds."""
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from . import _html as H
-from ._report_exact import MAX_ROWS, model_name, result_name
+from ._report_exact import MAX_ROWS, compared, data_digest, model_name, result_name
+from .engine.fingerprint import folds_digest
 from .results import compare_models
-from .results_io import SavedResult
+from .results_io import SavedResult, Skipped
 
 MAX_IDS = 15        # fold ids listed per cause
 
 
-def _fold_key(result) -> str:
-    """A digest of the folds (ids and left-out units): equal keys, the same folds."""
-    h = hashlib.sha256()
-    f = result.folds
-    for arr in (np.asarray([f.n]), f.ids, f.sizes,
-                np.concatenate([np.asarray(f[i]) for i in range(len(f))])):
-        h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
-    return h.hexdigest()
+def _inputs_key(s: SavedResult) -> tuple:
+    """What ``s`` was computed on: equal keys, the same data, level, units and folds."""
+    return data_digest(s), s.result.level, folds_digest(s.result.folds)
+
+
+def skipped_section(skipped: list[Skipped]) -> tuple:
+    """``(anchor, title, body)``: every file of the directory not read as a result, and
+    why."""
+    if not skipped:
+        return "skipped", "Skipped files", H.note("Every file here was read; none skipped.")
+    rows = pd.DataFrame({"file": [str(s.path) for s in skipped],
+                         "why it was skipped": [s.reason for s in skipped]})
+    return "skipped", "Skipped files", (
+        H.table(rows, index=False)
+        + H.note(f"{len(skipped)} file(s) could not be read as saved results: nothing on "
+                 "this page comes from them. Save those results again to include them."))
 
 
 def results_section(saved, result_dir: Path) -> tuple:
@@ -73,13 +81,22 @@ def demo_section(summary: dict) -> tuple:
 
 def comparison_section(saved) -> tuple:
     """``(anchor, title, body)``: :func:`compare_models` of every group of two or more
-    results holding the same folds, or why there is none."""
+    results computed on the same inputs (data, level, units and folds, by fingerprint), or
+    why there is none. Results without a fingerprint of their data are not ranked."""
     from . import plot
-    groups: dict[str, list] = {}
+    groups: dict[tuple, list] = {}
     for s in saved:
-        groups.setdefault(_fold_key(s.result), []).append(s)
+        groups.setdefault(_inputs_key(s), []).append(s)
+    unknown = [s.label for s in saved if data_digest(s) is None]
     parts = []
-    for members in (g for g in groups.values() if len(g) >= 2):
+    if unknown:
+        parts.append(H.note(
+            f"Not ranked: {', '.join(unknown)} carry no fingerprint of their data (saved by "
+            "an older approxcv, or built by hand), so nothing shows that they were computed "
+            "on the same data as another result."))
+    for key, members in groups.items():
+        if key[0] is None or len(members) < 2:
+            continue
         table = compare_models({s.label: s.result for s in members})
         models = {s.label: model_name(s) for s in members}
         table.insert(len(table.columns), "model", [models[i] for i in table.index])
@@ -94,9 +111,10 @@ def comparison_section(saved) -> tuple:
                      "folds or on other unreliable folds than the best's.")
             + H.figure(plot.compare(table).figure, "Model comparison: dots ± se, triangles: "
                        "difference to the best ± dse.", "model comparison plot"))
-    if not parts:
+    if not any(p.startswith("<h3>") for p in parts):
         parts.append(H.note(
-            "No two results here hold the same folds, so there is no model comparison. "
+            "No two results here were computed on the same data, level and folds, so there "
+            "is no model comparison. "
             "Save results of several models (or methods) on the same folds into this "
             "directory (res.save(DIR / 'K=3', model=model)) to rank them."))
     return "comparison", "Model comparison", "\n".join(parts)
@@ -116,7 +134,7 @@ def timing_section(saved, pairs) -> tuple:
                      "fit": np.nan if r.fit_seconds is None else r.fit_seconds,
                      **{f"stage: {k}": r.stage_seconds.get(k, np.nan) for k in stages}})
     bars = {result_name(s): s.result.seconds for s in saved}
-    for p in pairs:
+    for p in compared(pairs):
         n_a, e = len(p.approx.result), p.exact.result
         if n_a > len(e):
             bars[f"{p.exact.label}, extrapolated to {n_a} folds"] = e.seconds / len(e) * n_a

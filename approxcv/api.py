@@ -12,6 +12,7 @@ from .engine.audit import audit_folds
 from .engine.heldout import heldout_losses
 from .engine.diagnostics import record_unreliable, unreliable_causes
 from .engine.error_estimate import estimate_errors
+from .engine.fingerprint import result_fingerprint
 from .engine.options import Options
 from .engine.registry import get_method
 from .engine.methods.exact import default_restarts
@@ -153,4 +154,5 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                     folds=folds, fold_loss=fold_loss, point_loss=point_loss, params=stacked,
                     params_flat=params_flat, seconds=seconds,
                     stage_seconds=stages,
-                    diagnostics=diagnostics, fit_seconds=fit_seconds)
+                    diagnostics=diagnostics, fit_seconds=fit_seconds,
+                    fingerprint=result_fingerprint(data, folds, level))

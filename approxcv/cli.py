@@ -11,7 +11,9 @@ Every option is checked before anything is fitted: a bad one ends the command wi
 ``approxcv demo: error: --option: what is wrong`` on stderr and exit status 2 — as does a
 failure to write the results under ``--out`` (a full disk, a directory made read-only).
 ``approxcv report`` does the same: ``approxcv report: error: RESULT_DIR: ...`` for a missing
-or empty directory or a damaged result, ``--out: ...`` for a report it cannot write.
+or empty directory or one where no result can be read, ``--out: ...`` for a report it cannot
+write. A file it cannot read beside results it can is skipped, named on stderr
+(``approxcv report: skipped 'PATH': why``) and on the page.
 """
 from __future__ import annotations
 
@@ -34,10 +36,13 @@ def _build_model(name: str, n_states: int):
 
 
 def _write(path: Path, write) -> None:
-    """``write(path)``; an ``OSError`` (no space left, permission denied) becomes a bad
-    ``--out`` naming the file."""
+    """``write(path)``; an ``OSError`` or a :class:`~approxcv.errors.ResultWriteError` (no
+    space left, permission denied) becomes a bad ``--out`` naming the file."""
+    from .errors import ResultWriteError
     try:
         write(path)
+    except ResultWriteError as err:
+        raise _BadOption("--out", _one_line(err)) from None
     except OSError as err:
         raise _BadOption("--out", f"cannot write {str(path)!r}: "
                          f"{_one_line(err.strerror or err)}") from None
@@ -137,31 +142,36 @@ def demo(args, data: tuple | None = None) -> dict:
 
 
 def report(args) -> Path:
-    """Write the HTML report of ``args.result_dir`` (to ``args.out``); return its path.
-    Raises :class:`_BadOption` naming ``RESULT_DIR`` or ``--out``."""
+    """Write the HTML report of ``args.result_dir`` (to ``args.out``, atomically); return its
+    path. Every file skipped (cannot be read as a result) is named on stderr, one line
+    each, and on the page. Raises :class:`_BadOption` naming ``RESULT_DIR`` (also where no
+    result could be read) or ``--out``."""
     from .errors import ResultFileError
-    from .report import NO_RESULTS, read_summary, report_html, report_path
-    from .results_io import saved_results
+    from .report import nothing_read, read_summary, report_html, report_path
+    from .results_io import scan_results, write_atomic
     where = Path(args.result_dir)
     if not where.exists():
         raise _BadOption("RESULT_DIR", f"{args.result_dir!r} does not exist")
     if not where.is_dir():
         raise _BadOption("RESULT_DIR", f"{args.result_dir!r} is not a directory")
     try:
-        saved, summary = saved_results(where), read_summary(where)
+        (saved, skipped), summary = scan_results(where), read_summary(where)
     except ResultFileError as err:
         raise _BadOption("RESULT_DIR", str(err)) from None
     except OSError as err:
         raise _BadOption("RESULT_DIR", f"cannot read {str(err.filename or where)!r}: "
                          f"{_one_line(err.strerror or err)}") from None
     if not saved:
-        raise _BadOption("RESULT_DIR", f"{args.result_dir!r} {NO_RESULTS}")
+        raise _BadOption("RESULT_DIR", nothing_read(args.result_dir, skipped))
+    for s in skipped:
+        print(f"approxcv report: skipped {str(s.path)!r}: {_one_line(s.reason)}",
+              file=sys.stderr)
     out = report_path(where, args.out)
     if not out.parent.is_dir():      # before the report is built
         raise _BadOption("--out", f"cannot write {str(out)!r}: {str(out.parent)!r} is not a "
                          "directory")
-    text = report_html(saved, where, summary)
-    _write(out, lambda p: p.write_text(text, encoding="utf-8"))
+    text = report_html(saved, where, summary, skipped)
+    _write(out, lambda p: write_atomic(p, text))
     if not args.quiet:
         print(f"wrote {out}")
     return out

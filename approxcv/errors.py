@@ -118,3 +118,19 @@ class NoWorkersError(InvalidArgumentError):
     """A Dask cluster has no worker to run approxcv's tasks: none when the run starts, or every
     worker gone mid-run for longer than the grace period (``APPROXCV_WORKER_GRACE``). The
     message says how much was finished and, for exact CV, whether a checkpoint holds it."""
+
+
+class IncomparableResultsError(InvalidArgumentError):
+    """Two results cannot be compared: they were computed on other data, at another level,
+    on another number of units or on other folds. The message names the field that differs
+    (``data``, ``level``, ``units``, ``folds``) and the two results."""
+
+
+class ResultWriteError(ApproxCVError, ValueError):
+    """A result or report cannot be written (a missing folder, no permission, a full disk).
+    The message names the path and what to fix; an earlier file at that path is left intact."""
+
+
+class ResultFileWarning(ApproxCVWarning):
+    """Saved results were skipped because they cannot be read; the message lists each file
+    and why."""

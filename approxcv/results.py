@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from .errors import ArgumentTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError, IncomparableResultsError, InvalidArgumentError
 from .folds import Folds
 
 __all__ = ["CVResult", "compare", "compare_models"]
@@ -32,6 +32,11 @@ class CVResult:
         stage_seconds: wall time of each stage (derivatives, solve/refit, heldout).
         diagnostics: dict with at least ``grad_norm``, ``hessian_min_eig``, ``jitter``.
         fit_seconds: time of the initial fit if ``cross_validate`` ran it, else ``None``.
+        fingerprint: what the result was computed on,
+            :func:`~approxcv.engine.fingerprint.result_fingerprint`: ``{"data": sha256 of
+            the data, "level", "units": number of units, "folds": sha256 of the folds}``;
+            ``None`` for a result built by hand. :func:`compare_models`, :func:`compare`
+            and the report refuse to set side by side results of other inputs.
     """
     method: str
     scheme: str | None
@@ -45,6 +50,7 @@ class CVResult:
     stage_seconds: dict = field(default_factory=dict)
     diagnostics: dict = field(default_factory=dict)
     fit_seconds: float | None = None
+    fingerprint: dict | None = None
 
     @property
     def fold_ids(self) -> np.ndarray:
@@ -73,9 +79,10 @@ class CVResult:
     @property
     def unreliable(self) -> np.ndarray:
         """``(n_folds,)`` bool: folds the method cannot vouch for
-        (``diagnostics["unreliable_folds"]``)."""
+        (``diagnostics["unreliable_folds"]``) and folds whose fold loss or any point loss is
+        not finite (a NaN is never an estimate, flagged or not)."""
         bad = np.asarray(self.diagnostics.get("unreliable_folds", []), dtype=int)
-        return np.isin(self.fold_ids, bad)
+        return np.isin(self.fold_ids, bad) | ~_finite_folds(self)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per left-out unit: ``fold_id``, ``unit``, ``loss``, the fold's
@@ -121,8 +128,18 @@ class CVResult:
         point losses (one entry per left-out unit, in fold order, coordinate ``obs`` = the
         unit), ``elpd`` their sum, ``se = sqrt(n) sd(elpd_i)``, ``pareto_k`` from
         ``diagnostics["pareto_k"]`` where a method reports it (else zeros: no importance
-        sampling happened), ``warning`` if any fold is unreliable. ``arviz_stats.compare``
-        accepts it beside results of any other model or method with the same units.
+        sampling happened), ``warning`` if any fold is unreliable (:attr:`unreliable`, which
+        includes folds whose loss is not finite). ``arviz_stats.compare`` accepts it beside
+        results of any other model or method with the same units.
+
+        ``p`` (the effective number of parameters, ``p_loo = lpd - elpd``) is
+        ``diagnostics["p_loo"]`` where a method reports it, else ``sum(lpd_full) - elpd``
+        where ``diagnostics["lpd_full"]`` holds the in-sample log densities of the left-out
+        units (``log p(x_t | x_kept; theta_full)``, one per unit in the order of
+        ``elpd_i``). Neither is recorded by ``cross_validate``: the in-sample densities of
+        every fold would cost another held-out pass (a third of an IJ run); there ``p`` is
+        NaN, which ``arviz_stats.compare`` shows as its ``p`` column and uses for nothing
+        else (ranks, differences and standard errors do not depend on it).
 
         Raises:
             ImportError: arviz-stats (a dependency of approxcv) is not installed.
@@ -142,11 +159,25 @@ class CVResult:
         return ELPDData(
             kind="loo", elpd=float(elpd_i.sum()),
             se=float(np.sqrt(n) * np.std(elpd_i, ddof=1)) if n > 1 else float("nan"),
-            p=float(self.diagnostics.get("p_loo", np.nan)),
+            p=self._p_loo(float(elpd_i.sum()), n),
             n_samples=int(self.diagnostics.get("n_samples", 1)), n_data_points=n,
             scale="log", warning=bool(self.unreliable.any()), good_k=0.7,
             elpd_i=xr.DataArray(elpd_i, dims=("obs",), coords=coords),
             pareto_k=xr.DataArray(k, dims=("obs",), coords=coords))
+
+    def _p_loo(self, elpd: float, n: int) -> float:
+        """``p_loo = lpd - elpd`` from ``diagnostics`` (see :meth:`to_arviz`), else NaN."""
+        if "p_loo" in self.diagnostics:
+            return float(self.diagnostics["p_loo"])
+        lpd = self.diagnostics.get("lpd_full")
+        if lpd is None:
+            return float("nan")
+        lpd = np.asarray(lpd, float).reshape(-1)
+        if lpd.size not in (1, n):
+            raise InvalidArgumentError(
+                f"diagnostics['lpd_full'] holds {lpd.size} values; it must hold the total "
+                f"in-sample log density or one per left-out unit ({n})")
+        return float(lpd.sum() - elpd)
 
     def save(self, path, *, model=None):
         """Write the result to ``PATH.json`` (readable: method, timings, scalar diagnostics)
@@ -161,6 +192,72 @@ class CVResult:
         """``(n_folds,)`` estimated relative error of each fold loss against exact CV
         (``diagnostics["error_estimate"]``), or ``None`` when the method gives none."""
         return self.diagnostics.get("error_estimate")
+
+
+def _finite_folds(result: CVResult) -> np.ndarray:
+    """``(n_folds,)`` bool: the fold loss and every point loss of the fold are finite."""
+    ok = np.isfinite(np.asarray(result.fold_loss, float))
+    sizes = np.array([len(p) for p in result.point_loss], dtype=np.int64)
+    if len(sizes) != len(ok) or not sizes.size:
+        return ok
+    flat = np.isfinite(np.concatenate([np.asarray(p, float).ravel() for p in result.point_loss]))
+    starts = np.cumsum(sizes) - sizes
+    nonempty = sizes > 0
+    all_finite = np.ones(len(sizes), bool)
+    all_finite[nonempty] = np.logical_and.reduceat(flat, starts[nonempty]) if flat.size else True
+    return ok & all_finite
+
+
+# what a level's units are: single observations ("within" a structure, or the "point"s of
+# a GP's leave-one-out) or whole structures; results compare only on the same kind
+_UNIT_KIND = {"within": "observation", "point": "observation", "structure": "structure"}
+
+
+def _inputs(result: CVResult) -> dict:
+    """What ``result`` was computed on, for comparisons: its ``level`` and number of
+    ``units`` (from the result itself) and the digest of its ``data`` (from its
+    :attr:`~CVResult.fingerprint`; ``None``, unknown, for a result built by hand)."""
+    fp = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
+    return {"level": result.level, "units": int(result.folds.n), "data": fp.get("data")}
+
+
+def _same_kind(a: str, b: str) -> bool:
+    """Units at levels ``a`` and ``b`` are the same kind of thing (see ``_UNIT_KIND``)."""
+    return a == b or _UNIT_KIND.get(a, a) == _UNIT_KIND.get(b, b)
+
+
+def check_comparable(results: Mapping, *, check_data: bool = True,
+                     purpose: str = "compared") -> None:
+    """Raise :class:`~approxcv.errors.IncomparableResultsError` naming the first field
+    (``level``, ``units``, ``data``) on which a result of ``results`` (``{label:
+    CVResult}``) differs from the first one. Levels whose units are single observations
+    (``"within"``, a GP's ``"point"``) compare with each other, not with ``"structure"``.
+    A data digest that one side lacks (a result built by hand) is not compared;
+    ``check_data=False`` skips the data."""
+    names = list(results)
+    ref = _inputs(results[names[0]])
+    for name in names[1:]:
+        got = _inputs(results[name])
+        pair = f"results {names[0]!r} and {name!r}"
+        if not _same_kind(got["level"], ref["level"]):
+            raise IncomparableResultsError(
+                f"{pair} were computed at different levels ({ref['level']!r} and "
+                f"{got['level']!r}; field 'level' differs): their units are different things "
+                f"(e.g. whole sentences and single labels), so they cannot be {purpose}; "
+                "compute both at the same `level`")
+        if got["units"] != ref["units"]:
+            raise IncomparableResultsError(
+                f"{pair} were computed on different numbers of units ({ref['units']} and "
+                f"{got['units']}; field 'units' differs), so they cannot be {purpose} even "
+                "where their fold indices agree; compute both on the same data")
+        if check_data and None not in (ref["data"], got["data"]) and got["data"] != ref["data"]:
+            raise IncomparableResultsError(
+                f"{pair} were computed on different data (field 'data' differs: digest "
+                f"{ref['data'][:12]}… and {got['data'][:12]}…), so they cannot be {purpose}; "
+                "compute both on the same data"
+                + (". If the models predict the same observations from different inputs "
+                   "(e.g. two feature sets of a regression), pass check_data=False"
+                   if purpose == "ranked" else ""))
 
 
 def compare(approx: CVResult, exact: CVResult) -> pd.DataFrame:
@@ -180,6 +277,7 @@ def compare(approx: CVResult, exact: CVResult) -> pd.DataFrame:
     for name, r in (("approx", approx), ("exact", exact)):
         if not isinstance(r, CVResult):
             raise ArgumentTypeError(f"`{name}` must be a CVResult, got {type(r).__name__}")
+    check_comparable({"approx": approx, "exact": exact})
     _, ia, ie = np.intersect1d(approx.fold_ids, exact.fold_ids, return_indices=True)
     if ia.size == 0:
         raise InvalidArgumentError("`approx` and `exact` have no fold ids in common")
@@ -226,14 +324,16 @@ def _same_units(results: dict) -> tuple:
     for name in names[1:]:
         r = results[name]
         if len(r) != len(first) or not np.array_equal(np.asarray(r.fold_ids), ids):
-            raise InvalidArgumentError(
+            raise IncomparableResultsError(
                 f"results {names[0]!r} and {name!r} have different folds ({len(first)} and "
-                f"{len(r)} folds, or other fold ids): models are compared on the same folds")
+                f"{len(r)} folds, or other fold ids; field 'folds' differs): models are "
+                "compared on the same folds")
         for i in range(len(r)):
             if not np.array_equal(np.asarray(r.folds[i]), units[i]):
-                raise InvalidArgumentError(
+                raise IncomparableResultsError(
                     f"fold {int(ids[i])} leaves out different units in {names[0]!r} and "
-                    f"{name!r}: models are compared on the same units")
+                    f"{name!r} (field 'folds' differs): models are compared on the same "
+                    "units")
     return ids, units
 
 
@@ -247,12 +347,17 @@ def _paired_se(values: np.ndarray, unit: str) -> float:
     return sd * np.sqrt(n) if unit == "point" else sd / np.sqrt(n)
 
 
-def compare_models(results, *, on: str = "all", unit: str = "auto") -> pd.DataFrame:
+def compare_models(results, *, on: str = "all", unit: str = "auto",
+                   check_data: bool = True) -> pd.DataFrame:
     """Rank models by cross-validated expected log predictive density, with paired
     standard errors (the layout of ``arviz_stats.compare``).
 
-    Every result must hold the same folds leaving out the same units (a
-    :class:`~approxcv.errors.InvalidArgumentError` says which differ). With
+    Every result must have been computed on the same inputs: the same ``level``, the same
+    number of units, the same data (by the digest in :attr:`CVResult.fingerprint`, where
+    both results have one) and the same folds leaving out the same units; otherwise an
+    :class:`~approxcv.errors.IncomparableResultsError` names the field that differs
+    (``level``, ``units``, ``data``, ``folds``). A fold whose loss is not finite is
+    unreliable (:attr:`CVResult.unreliable`) whether or not its method flagged it. With
     ``elpd_i = -loss_i`` for each unit ``i``:
 
     * ``unit="point"`` (the default when no unit is left out twice, e.g. leave-one-out or
@@ -261,7 +366,8 @@ def compare_models(results, *, on: str = "all", unit: str = "auto") -> pd.DataFr
       paired standard error of the difference, which is what decides between models (it is
       much smaller than either ``se`` when the models err on the same units). Variances
       are taken with ``ddof=1`` as in R's ``loo`` (``arviz_stats.compare`` uses ``ddof=0``
-      for ``dse``: a factor ``sqrt(n / (n - 1))``).
+      for ``dse``: a factor ``sqrt(n / (n - 1))``). It needs every unit left out at most
+      once; asked for on overlapping folds it is refused (use ``"fold"``).
     * ``unit="fold"`` (the default when folds overlap, e.g. repeated i.i.d. folds, where the
       units are not independent draws): the same quantities with ``elpd_i`` the fold's joint
       ``-fold_loss`` and means in place of sums: ``elpd = mean_i elpd_i``,
@@ -275,6 +381,9 @@ def compare_models(results, *, on: str = "all", unit: str = "auto") -> pd.DataFr
         results: mapping ``{label: CVResult}`` (at least one).
         on: ``"all"`` or ``"reliable"``.
         unit: ``"auto"``, ``"point"`` or ``"fold"``.
+        check_data: ``False`` to rank models that predict the same observations from
+            different data (e.g. two feature sets of a regression), whose data digests
+            differ by design; level, units and folds are checked all the same.
 
     Returns:
         DataFrame indexed by label, best first, with columns ``rank``, ``elpd``, ``se``,
@@ -292,10 +401,18 @@ def compare_models(results, *, on: str = "all", unit: str = "auto") -> pd.DataFr
         raise InvalidArgumentError(f"`on` must be 'all' or 'reliable', got {on!r}")
     if unit not in ("auto", "point", "fold"):
         raise InvalidArgumentError(f"`unit` must be 'auto', 'point' or 'fold', got {unit!r}")
+    check_comparable(results, check_data=bool(check_data), purpose="ranked")
     ids, units = _same_units(results)
+    flat = np.concatenate(units)
+    distinct = np.unique(flat).size
     if unit == "auto":
-        flat = np.concatenate(units)
-        unit = "point" if np.unique(flat).size == flat.size else "fold"
+        unit = "point" if distinct == flat.size else "fold"
+    elif unit == "point" and distinct != flat.size:
+        raise InvalidArgumentError(
+            f"unit='point' needs every unit left out at most once, but these {len(ids)} "
+            f"folds leave out {distinct} distinct units {flat.size} times (the folds "
+            "overlap): per-unit sums would count units repeatedly and their standard errors "
+            "treat dependent values as independent; use unit='fold' (or 'auto')")
     bad = {name: r.unreliable for name, r in results.items()}
     keep = np.ones(len(ids), bool)
     if on == "reliable":

@@ -17,17 +17,21 @@ import pytest
 
 import approxcv as acv
 from approxcv import cli
+from approxcv.engine.fingerprint import result_fingerprint
 from approxcv.errors import ArgumentTypeError, ResultFileError
 from approxcv.models.hmm.poisson_hmm import PoissonHMMParams
 from approxcv.report import build_report
 
 MODEL = "PoissonHMM(n_states=2)"
-SECTIONS = ("results", "comparison", "exact", "errors", "timings", "unreliable", "demo")
+SECTIONS = ("results", "skipped", "comparison", "exact", "errors", "timings", "unreliable",
+            "demo")
+DATA = np.arange(30.0)          # what the hand-built results say they were computed on
 
 
-def _result(folds, shift, method, unreliable=(), estimate=None, seconds=1.0):
+def _result(folds, shift, method, unreliable=(), estimate=None, seconds=1.0, data=DATA):
     """A CVResult over ``folds`` with per-unit losses ``1 + shift + 0.1 unit`` and stacked
-    NamedTuple parameters; ``estimate`` becomes the per-fold error estimate."""
+    NamedTuple parameters; ``estimate`` becomes the per-fold error estimate; its fingerprint
+    says it was computed on ``data``."""
     point_loss = [1.0 + shift + 0.1 * np.asarray(folds[i], float) for i in range(len(folds))]
     n = len(folds)
     diagnostics = {"grad_norm": 1e-9, "hessian_min_eig": np.float64(0.3), "jitter": 0.0,
@@ -43,7 +47,8 @@ def _result(folds, shift, method, unreliable=(), estimate=None, seconds=1.0):
         method=method, scheme="A", level="within", folds=folds,
         fold_loss=np.array([p.sum() for p in point_loss]), point_loss=point_loss,
         params=params, params_flat=np.zeros((n, 5)), seconds=seconds,
-        stage_seconds={"solve": seconds / 2, "heldout": seconds / 2}, diagnostics=diagnostics)
+        stage_seconds={"solve": seconds / 2, "heldout": seconds / 2}, diagnostics=diagnostics,
+        fingerprint=result_fingerprint(data, folds, "within"))
 
 
 @pytest.fixture(scope="module")
@@ -182,13 +187,15 @@ def test_report_command_errors_are_one_line(saved, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "a_file").write_text("x")
     damaged = tmp_path / "damaged"
-    shutil.copytree(root, damaged)
+    (damaged / "results").mkdir(parents=True)
+    shutil.copy(root / "results" / "ns.json", damaged / "results")
     (damaged / "results" / "ns.npz").write_bytes(b"not an npz")
     for argv in ([str(tmp_path / "missing")], [str(tmp_path / "empty")],
                  [str(tmp_path / "a_file")], [str(damaged)]):
         status, err = _report(argv, capsys)
         assert status == 2 and len(err) == 1, err
         assert err[0].startswith("approxcv report: error: RESULT_DIR: "), err
+    assert "ns.json" in err[0] and "sha256 differs" in err[0]   # nothing read: says why
     status, err = _report([str(root), "--out", str(tmp_path / "no" / "r.html")], capsys)
     assert status == 2 and err[0].startswith("approxcv report: error: --out: cannot write"), err
     assert _report([str(root), "--out", str(tmp_path), "--quiet"], capsys) == (0, [])
@@ -219,3 +226,65 @@ def test_report_loads_in_headless_chromium_without_console_errors(saved, tmp_pat
     lines, dom = _console_messages(chromium, saved[2].as_uri(), tmp_path)
     assert lines == []
     assert all(f'id="{s}"' in dom for s in SECTIONS)
+
+
+def test_report_lists_every_file_it_skips_and_why(saved, tmp_path, capsys):
+    root, results, _ = saved
+    where = tmp_path / "mixed"
+    shutil.copytree(root, where)
+    res = where / "results"
+    (res / "ij.json").write_text((res / "ij.json").read_text()[:200])      # truncated
+    meta = json.loads((res / "ns.json").read_text())
+    meta["version"] = 99                                                     # another version
+    (res / "ns.json").write_text(json.dumps(meta))
+    (res / "orphan.npz").write_bytes(b"PK\x03\x04 and nothing else")
+    for path in (where / "report.html", res / "report.html"):
+        path.unlink(missing_ok=True)
+    status, err = _report([str(where), "--quiet"], capsys)
+    assert status == 0 and len(err) == 3, err                # exact was read; three skipped
+    assert all(line.startswith("approxcv report: skipped ") for line in err)
+    assert any("ij.json" in e and "damaged" in e for e in err)
+    assert any("ns.json" in e and "version 99" in e for e in err)
+    assert any("orphan.npz" in e and "no .json" in e for e in err)
+    text = (where / "report.html").read_text(encoding="utf-8")
+    assert "3 file(s) skipped" in text and 'id="skipped"' in text
+    assert "version 99" in text and "orphan.npz" in text
+    with pytest.warns(acv.errors.ResultFileWarning, match="skips 3 file"):
+        build_report(where)
+
+
+def test_report_pairs_only_results_computed_on_the_same_data(tmp_path):
+    folds = acv.folds.iid(30, 0.2, 12, seed=0)
+    ij = _result(folds, 0.01, "ij", estimate=np.full(12, 1e-3))
+    other_run = _result(folds.subset(np.arange(4)), 3.0, "exact", data=DATA + 1.0)
+    ij.save(tmp_path / "ij", model=MODEL)
+    other_run.save(tmp_path / "exact", model=MODEL)
+    with pytest.raises(acv.errors.IncomparableResultsError, match="field 'data'"):
+        acv.compare(ij, other_run)
+    text = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "Not compared (no relative errors shown)" in text and "field &#x27;data&#x27;" in text
+    assert "mean relative error" not in text           # no relative error from the other run
+    assert "estimated vs measured" not in text
+    # the same data: paired and compared
+    _result(folds.subset(np.arange(4)), 0.0, "exact").save(tmp_path / "exact", model=MODEL)
+    text = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "mean relative error, per fold" in text and "Not compared" not in text
+
+
+def test_report_on_a_full_disk_leaves_the_earlier_report_intact(saved, tmp_path, capsys,
+                                                              monkeypatch):
+    import errno
+    import os
+    root, _, _ = saved
+    out = tmp_path / "report.html"
+    out.write_text("the earlier report")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "fsync", full)
+    status, err = _report([str(root), "--out", str(out)], capsys)
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith("approxcv report: error: --out: cannot write") and \
+        "No space left on device (free some space" in err[0], err
+    assert out.read_text() == "the earlier report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]   # no temporary

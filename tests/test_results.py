@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv.errors import ArgumentTypeError, InvalidArgumentError
+from approxcv.errors import ArgumentTypeError, IncomparableResultsError, InvalidArgumentError
 
 
 def _result(folds, point_loss, method="ij", unreliable=()):
@@ -84,8 +84,11 @@ def test_results_on_different_folds_or_units_are_refused(loo_pair):
     folds, a, b = loo_pair
     ra = _result(folds, a[:, None])
     other = _result(acv.folds.leave_one_out(a.size - 1), b[:-1, None])
-    with pytest.raises(InvalidArgumentError, match="different folds"):
+    with pytest.raises(IncomparableResultsError, match="field 'units'"):
         acv.compare_models({"a": ra, "b": other})
+    fewer = _result(folds.subset(np.arange(a.size - 1)), b[:-1, None])
+    with pytest.raises(IncomparableResultsError, match="different folds.*field 'folds'"):
+        acv.compare_models({"a": ra, "b": fewer})
     shuffled = acv.folds.Folds([np.array([i]) for i in np.roll(np.arange(a.size), 1)], a.size)
     with pytest.raises(InvalidArgumentError, match="different units"):
         acv.compare_models({"a": ra, "b": _result(shuffled, b[:, None])})
@@ -102,3 +105,106 @@ def test_plot_compare_draws_one_row_per_model(loo_pair, tmp_path):
     ax = acv.plot.compare(table, path=tmp_path / "compare.png")
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
     assert (tmp_path / "compare.png").stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def ridge_runs():
+    """Ridge (n = 20, 2 features) by exact LOO on data ``y`` and on data with another ``y``."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(20, 2))
+    y = X @ np.array([1.0, -0.5]) + rng.normal(0, 0.3, 20)
+    model = acv.models.Ridge(lam=1.0)
+    folds = acv.folds.leave_one_out(20)
+    run = lambda data, m=model: acv.cross_validate(m, data, folds, method="ij", warn=False,
+                                                   progress=False)
+    return {"base": run((X, y)), "other_y": run((X, y[::-1].copy())),
+            "stronger": run((X, y), acv.models.Ridge(lam=5.0)),
+            "one_feature": run((X[:, :1], y)), "X": X, "y": y, "folds": folds}
+
+
+def test_a_result_carries_what_it_was_computed_on(ridge_runs):
+    fp = ridge_runs["base"].fingerprint
+    assert set(fp) == {"data", "level", "units", "folds"}
+    assert fp["level"] == "within" and fp["units"] == 20 and len(fp["data"]) == 64
+    # the same values spelled as a list (of an array and a list) digest alike
+    from approxcv.engine.fingerprint import result_fingerprint
+    X, y = ridge_runs["X"], ridge_runs["y"]
+    assert result_fingerprint([X, list(y)], ridge_runs["folds"], "within") == fp
+    assert ridge_runs["other_y"].fingerprint["data"] != fp["data"]
+    assert ridge_runs["other_y"].fingerprint["folds"] == fp["folds"]
+
+
+def test_results_on_other_data_are_neither_ranked_nor_compared(ridge_runs):
+    base, other = ridge_runs["base"], ridge_runs["other_y"]
+    with pytest.raises(IncomparableResultsError, match="field 'data'"):
+        acv.compare_models({"a": base, "b": other})
+    with pytest.raises(IncomparableResultsError, match="field 'data'"):
+        acv.compare(base, other)          # an "exact" result from another run
+    # the same data: ranked; other features predicting the same y: only when asked
+    assert len(acv.compare_models({"a": base, "b": ridge_runs["stronger"]})) == 2
+    with pytest.raises(IncomparableResultsError, match="check_data=False"):
+        acv.compare_models({"a": base, "b": ridge_runs["one_feature"]})
+    table = acv.compare_models({"a": base, "b": ridge_runs["one_feature"]}, check_data=False)
+    assert table.attrs["n_folds"] == 20
+
+
+def test_results_on_more_units_with_the_same_fold_indices_are_refused():
+    folds40, folds50 = acv.folds.kfold(40, 5, seed=0), acv.folds.kfold(40, 5, seed=0)
+    folds50 = acv.folds.Folds([folds50[i] for i in range(5)], 50, ids=folds50.ids)
+    loss = [np.ones(len(folds40[i])) for i in range(5)]
+    with pytest.raises(IncomparableResultsError, match="40 and 50.*field 'units'"):
+        acv.compare_models({"a": _result(folds40, loss), "b": _result(folds50, loss)})
+
+
+def test_results_at_different_levels_are_refused(loo_pair):
+    import dataclasses
+    folds, a, b = loo_pair
+    within = _result(folds, a[:, None])
+    structure = dataclasses.replace(_result(folds, b[:, None]), level="structure", scheme=None)
+    with pytest.raises(IncomparableResultsError, match="levels.*field 'level'"):
+        acv.compare_models({"sentences": structure, "labels": within})
+    with pytest.raises(IncomparableResultsError, match="field 'level'"):
+        acv.compare(within, structure)
+    # a GP's leave-one-out points and one series' points are both single observations
+    gp_points = dataclasses.replace(_result(folds, b[:, None]), level="point", scheme=None)
+    assert len(acv.compare_models({"series": within, "gp": gp_points})) == 2
+
+
+def test_an_unflagged_nan_fold_is_unreliable_and_warned(loo_pair):
+    folds, a, b = loo_pair
+    b = b.copy()
+    b[5] = np.nan
+    rb = _result(folds, b[:, None])          # no fold flagged by its method
+    assert rb.unreliable[5] and rb.unreliable.sum() == 1
+    table = acv.compare_models({"a": _result(folds, a[:, None]), "b": rb})
+    assert table.loc["b", "warning"] and table.loc["b", "n_unreliable"] == 1
+    reliable = acv.compare_models({"a": _result(folds, a[:, None]), "b": rb}, on="reliable")
+    assert np.isfinite(reliable["elpd"]).all() and reliable.attrs["n_folds"] == a.size - 1
+    assert rb.summary()["n_unreliable"] == 1
+
+
+def test_point_units_on_overlapping_folds_are_refused():
+    folds = acv.folds.iid(48, 0.1, 50, seed=0)      # 4 units each: 200 left out, 47 distinct
+    loss = [np.ones(len(folds[i])) for i in range(len(folds))]
+    ra, rb = _result(folds, loss), _result(folds, [p + 1 for p in loss])
+    with pytest.raises(InvalidArgumentError, match="unit='point'.*47 distinct units 200 times"):
+        acv.compare_models({"a": ra, "b": rb}, unit="point")
+    assert acv.compare_models({"a": ra, "b": rb}).attrs["unit"] == "fold"
+
+
+def test_to_arviz_fills_p_from_the_in_sample_density_and_flags_nan_folds(loo_pair):
+    arviz_stats = pytest.importorskip("arviz_stats")
+    folds, a, b = loo_pair
+    ra, rb = _result(folds, a[:, None]), _result(folds, b[:, None])
+    assert np.isnan(ra.to_arviz().p)                 # nothing to compute it from: NaN
+    ra.diagnostics["lpd_full"] = -a + 0.05           # in-sample: a little better per unit
+    rb.diagnostics["p_loo"] = 3.5
+    table = arviz_stats.compare({"a": ra.to_arviz(), "b": rb.to_arviz()})
+    np.testing.assert_allclose(table.loc["a", "p"], 0.05 * a.size, rtol=1e-9)
+    assert table.loc["b", "p"] == 3.5 and np.isfinite(table["p"].to_numpy(float)).all()
+    ra.diagnostics["lpd_full"] = np.zeros(3)
+    with pytest.raises(InvalidArgumentError, match="lpd_full"):
+        ra.to_arviz()
+    nan = b.copy()
+    nan[2] = np.nan
+    assert _result(folds, nan[:, None]).to_arviz().warning   # unflagged NaN fold: a warning

@@ -25,6 +25,7 @@ import numpy as np
 from .._compile import jit
 from .. import folds as _folds
 from .._validate import check_choice
+from ..engine.fingerprint import result_fingerprint
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from .brute import brute_force_lpd
 from .estimators import ESTIMATORS, la_loo
@@ -135,4 +136,5 @@ def loo(fitted, method: str = "la", *, form: str | None = None, executor=None,
         fold_loss=-lpd, point_loss=[np.array([-v]) for v in lpd], params=fitted.points,
         params_flat=np.asarray(fitted.points), seconds=seconds, diagnostics=diagnostics,
         fit_seconds=fitted.fit_seconds, estimator=method if method != "exact" or form is None
-        else f"exact_{form}", inference=fitted.inference, lpd_points=lpd_s)
+        else f"exact_{form}", inference=fitted.inference, lpd_points=lpd_s,
+        fingerprint=result_fingerprint((fitted.X, fitted.y), _folds.leave_one_out(n), "point"))

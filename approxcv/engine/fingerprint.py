@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["fingerprint", "fold_digest", "run_digest"]
+__all__ = ["fingerprint", "fold_digest", "run_digest", "folds_digest", "result_fingerprint"]
 
 
 def fingerprint(**inputs) -> dict[str, str]:
@@ -56,6 +56,55 @@ def fold_digest(left_out) -> str:
         raise InvalidArgumentError(f"`left_out` must hold integer indices or be a boolean mask, "
                                    f"got dtype {a.dtype}")
     return hashlib.sha256(np.unique(a.astype(np.int64)).tobytes()).hexdigest()
+
+
+def folds_digest(folds) -> str:
+    """sha256 of a :class:`~approxcv.folds.Folds`: its number of units, fold ids and the
+    left-out units of every fold, in order (equal digests, the same folds)."""
+    h = hashlib.sha256()
+    units = [np.asarray(folds[i], np.int64) for i in range(len(folds))]
+    for arr in (np.asarray([folds.n]), folds.ids, np.asarray([len(u) for u in units]),
+                np.concatenate(units) if units else np.zeros(0)):
+        h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def _canonical(x, depth: int = 0):
+    """``x`` in a form whose digest ignores how equal data are spelled: a tuple as a list,
+    a numeric array (NumPy, JAX, a list of numbers) as float64 NumPy."""
+    if depth > 64:
+        return x
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        try:
+            arr = np.asarray(x)
+        except (ValueError, TypeError):      # ragged: a list of sequences
+            arr = None
+        if arr is not None and arr.dtype.kind in "biuf" and arr.size:
+            return np.ascontiguousarray(arr, dtype=np.float64)
+        return [_canonical(v, depth + 1) for v in x]
+    if isinstance(x, np.ndarray) or (hasattr(x, "__array__") and hasattr(x, "dtype")
+                                     and hasattr(x, "shape")):
+        arr = np.asarray(x)
+        return (np.ascontiguousarray(arr, dtype=np.float64) if arr.dtype.kind in "biuf"
+                else arr)
+    return x
+
+
+def result_fingerprint(data, folds, level: str) -> dict:
+    """What a cross-validation result was computed on, to refuse comparing results of other
+    inputs: ``{"data": sha256 of the data or None, "level": level, "units": number of units,
+    "folds": folds_digest(folds)}``.
+
+    The data are digested after :func:`_canonical` (a tuple and a list, an int and a float
+    array of equal values digest alike); data that cannot be digested (an object without a
+    stable representation) give ``None``: unknown, never compared.
+    """
+    try:
+        digest = fingerprint(data=_canonical(data))["data"]
+    except (InvalidArgumentError, TypeError, ValueError):
+        digest = None
+    return {"data": digest, "level": str(level), "units": int(folds.n),
+            "folds": folds_digest(folds)}
 
 
 def _token(h, *parts) -> None:
