@@ -11,6 +11,7 @@ import pandas as pd
 
 from .errors import ArgumentTypeError, IncomparableResultsError, InvalidArgumentError
 from .folds import Folds
+from .results_io import save_result
 
 __all__ = ["CVResult", "compare", "compare_models"]
 
@@ -38,6 +39,8 @@ class CVResult:
             ``None`` for a result built by hand. :func:`compare_models`, :func:`compare`
             and the report refuse to set side by side results of other inputs.
     """
+    #: marks the saved-result types (:func:`approxcv.results_io.is_result_class`)
+    SAVED_RESULT = True
     method: str
     scheme: str | None
     level: str
@@ -184,7 +187,6 @@ class CVResult:
         and ``PATH.npz`` (every array); :func:`approxcv.load_result` reads it back exactly.
         ``model`` (a model or a string) is recorded as its ``repr`` for reports
         (``approxcv report``). Returns the ``.json`` path. See :mod:`approxcv.results_io`."""
-        from .results_io import save_result
         return save_result(self, path, model=model)
 
     @property

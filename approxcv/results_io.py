@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .folds import Folds
 from .errors import ArgumentTypeError, ResultFileError, ResultFileWarning, ResultWriteError
 
 __all__ = ["save_result", "load_result", "load_results", "scan_results", "SavedResult",
@@ -56,6 +57,14 @@ class SavedResult(NamedTuple):
     result: object
     model: str | None
     path: Path
+
+
+def is_result_class(cls) -> bool:
+    """Whether ``cls`` is :class:`~approxcv.results.CVResult` or a subclass: a dataclass
+    that declares itself a saved-result type (``SAVED_RESULT = True``). Read off the class
+    so that this module, which the result type uses to save itself, does not import it."""
+    return (isinstance(cls, type) and dataclasses.is_dataclass(cls)
+            and getattr(cls, "SAVED_RESULT", False) is True)
 
 
 def _stem(path) -> Path:
@@ -266,8 +275,7 @@ def save_result(result, path, *, model=None) -> Path:
         ResultWriteError: the folder cannot be created or written, or the disk is full (the
             message says what to fix); an earlier result at ``path`` is left intact.
     """
-    from .results import CVResult
-    if not isinstance(result, CVResult):
+    if not is_result_class(type(result)):
         raise ArgumentTypeError(f"`result` must be a CVResult, got {type(result).__name__}")
     stem = _stem(path)
     enc = _Encoder()
@@ -339,9 +347,8 @@ def _read_meta(path: Path) -> dict:
 
 def _result_class(spec: str, path: Path):
     """The CVResult (sub)class ``module:qualname`` a file names, or raise naming the file."""
-    from .results import CVResult
     cls = _find_class(spec)
-    if cls is None or not issubclass(cls, CVResult):
+    if cls is None or not is_result_class(cls):
         raise ResultFileError(f"{str(path)!r} holds a {spec!r}, which is not a CVResult "
                               "class approxcv can find")
     return cls
@@ -411,7 +418,6 @@ def _one_line(err) -> str:
 def read_result(path) -> SavedResult:
     """Read the result saved at ``path`` (the stem, or either file) with its label and
     model; see :func:`load_result`."""
-    from .folds import Folds
     stem = _stem(path)
     json_path = _beside(stem, ".json")
     if not json_path.is_file():
