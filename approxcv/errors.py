@@ -106,3 +106,8 @@ class EmptyStateWarning(ApproxCVWarning):
 
 class UnreliableFoldWarning(ApproxCVWarning):
     """Some folds' estimates cannot be vouched for (``diagnostics['unreliable_folds']``)."""
+
+
+class NonIdentifiableWarning(ConvergenceWarning):
+    """The data do not bound some parameters: the objective keeps decreasing along them
+    (its minimiser lies at infinity) or has no curvature there; the fit is not converged."""
