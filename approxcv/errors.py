@@ -111,3 +111,8 @@ class UnreliableFoldWarning(ApproxCVWarning):
 class NonIdentifiableWarning(ConvergenceWarning):
     """The data do not bound some parameters: the objective keeps decreasing along them
     (its minimiser lies at infinity) or has no curvature there; the fit is not converged."""
+
+
+class GridEntryWarning(ApproxCVWarning):
+    """Some entries of a :func:`~approxcv.select` grid failed (their error is in their row)
+    or are flagged (over-parameterised, unconverged fit, non-positive-definite Hessian)."""
