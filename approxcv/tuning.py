@@ -33,7 +33,6 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
