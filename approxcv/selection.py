@@ -31,7 +31,9 @@ import numpy as np
 import pandas as pd
 
 from .api import _OPTION_NAMES, cross_validate
-from .errors import ArgumentTypeError, FitError, GridEntryWarning, InvalidArgumentError
+from . import errors as _errors
+from .errors import (ApproxCVError, ArgumentTypeError, FitError, GridEntryWarning,
+                     InvalidArgumentError)
 from .executors import run_batches, to_numpy
 from .folds import as_folds
 from .models.base import check_model
@@ -51,8 +53,9 @@ class Selection:
             ``method``), then ``n_params`` (free parameters of the fit), ``flag`` (why the
             entry's numbers should not be trusted, ``""`` if nothing: ``over-parameterised``
             when ``n_params >= n_units``, ``fit not converged``, ``Hessian not positive
-            definite``) and ``error`` (``"Type: message"`` of the exception that stopped a
-            failed entry, ``""`` otherwise; failed entries come last, without ``rank`` or
+            definite``) and ``error`` (``"Type in fit: message"`` or ``"Type in
+            cross_validate: message"``, the exception that stopped a failed entry, ``""``
+            otherwise; failed entries come last, without ``rank`` or
             ``elpd``), with one column per hyperparameter appended. ``n_unreliable``
             counts the row's own unreliable folds; ``warning`` is set where the row rests
             on an unreliable fold of its own *or* where its unreliable folds differ from
@@ -63,7 +66,7 @@ class Selection:
         models: ``{label: model}`` (every entry).
         hyperparameters: ``{label: dict of hyperparameters}`` (every entry).
         fit_seconds: ``{label: seconds of the full-data fit}`` of the entries that ran.
-        failures: ``{label: "Type: message"}`` of the entries whose fit or
+        failures: ``{label: "Type in stage: message"}`` of the entries whose fit or
             cross-validation raised.
     """
     table: pd.DataFrame
@@ -253,7 +256,9 @@ def select(model_factory, grid, data, folds, method: str | None = "ij", *, execu
             (``flag``: over-parameterised, fit not converged, Hessian not positive definite).
 
     Raises:
-        FitError: every entry failed (the message gives each one's exception).
+        FitError: every entry failed (the message gives each one's exception); where
+            all failed with one approxcv error class (e.g. an option ``cross_validate``
+            refuses), that class.
 
     Example:
         >>> x = acv.datasets.load_calls(300)
@@ -284,8 +289,7 @@ def select(model_factory, grid, data, folds, method: str | None = "ij", *, execu
     failures = {lab: str(out) for lab, out in zip(labels, outs) if isinstance(out, EntryFailure)}
     ran = {lab: out for lab, out in zip(labels, outs) if not isinstance(out, EntryFailure)}
     if not ran:
-        raise FitError("every grid entry failed: " + "; ".join(
-            f"{lab!r}: {msg}" for lab, msg in failures.items()))
+        raise _all_failed(outs, failures)
     results = {lab: out[1] for lab, out in ran.items()}
     ranked = compare_models(results)
     ranked["n_params"] = [int(results[lab].diagnostics.get("num_params", -1))
@@ -309,6 +313,18 @@ def select(model_factory, grid, data, folds, method: str | None = "ij", *, execu
                      models=models, hyperparameters=entries,
                      fit_seconds={lab: out[2] for lab, out in ran.items()},
                      failures=failures)
+
+
+def _all_failed(outs, failures: dict) -> Exception:
+    """The error of a grid in which every entry failed: the entries' common approxcv error
+    class where they share one (e.g. an option every ``cross_validate`` refused), else
+    :class:`~approxcv.errors.FitError`; the message gives each entry's exception."""
+    kinds = {out.error_type for out in outs}
+    cls = getattr(_errors, kinds.pop(), None) if len(kinds) == 1 else None
+    if not (isinstance(cls, type) and issubclass(cls, ApproxCVError)):
+        cls = FitError
+    return cls("every grid entry failed: " + "; ".join(
+        f"{lab!r}: {msg}" for lab, msg in failures.items()))
 
 
 def _warn_entries(failures: dict, table: pd.DataFrame) -> None:

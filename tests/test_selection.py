@@ -115,6 +115,11 @@ def test_a_failing_entry_is_recorded_in_its_row_and_the_others_are_ranked(ridge_
     with pytest.raises(FitError, match=r"every grid entry failed: 'fails': FitError.*'nan'"):
         acv.select(_factory, {k: GRID[k] for k in ("fails", "nan")}, ridge_data, folds, "ns",
                    progress=False, warn=False)
+    # an option every entry's cross_validate refuses keeps its error class
+    with pytest.raises(InvalidArgumentError, match=r"every grid entry failed: 'good': "
+                                                   r"InvalidArgumentError in cross_validate"):
+        acv.select(_factory, {k: GRID[k] for k in ("good", "strong")}, ridge_data, folds,
+                   "ns", progress=False, warn=False, tol=-1.0)
 
 
 def test_a_failing_entry_on_dask_is_recorded_in_its_row(ridge_data):
