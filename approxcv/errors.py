@@ -134,3 +134,13 @@ class ResultWriteError(ApproxCVError, ValueError):
 class ResultFileWarning(ApproxCVWarning):
     """Saved results were skipped because they cannot be read; the message lists each file
     and why."""
+
+
+class NonIdentifiableWarning(ConvergenceWarning):
+    """The data do not bound some parameters: the objective keeps decreasing along them
+    (its minimiser lies at infinity) or has no curvature there; the fit is not converged."""
+
+
+class GridEntryWarning(ApproxCVWarning):
+    """Some entries of a :func:`~approxcv.select` grid failed (their error is in their row)
+    or are flagged (over-parameterised, unconverged fit, non-positive-definite Hessian)."""

@@ -8,6 +8,13 @@ seam (:func:`~approxcv.executors.run_batches`): in process, on a process pool or
 ``Client``, where each worker compiles each configuration once. The runs are ranked by
 :func:`~approxcv.results.compare_models` (expected log predictive density, paired standard
 errors of the differences).
+
+An entry whose fit or cross-validation raises does not stop the grid: its exception (type
+and message) is recorded in its row (``error``), the others are ranked, and a
+:class:`~approxcv.errors.GridEntryWarning` names it; only a grid in which every entry failed
+raises. Entries the ranking should not be trusted for are flagged (``flag``): more
+parameters than data units, a fit that did not converge, a Hessian that is not positive
+definite at the fit.
 """
 from __future__ import annotations
 
@@ -15,14 +22,18 @@ import dataclasses
 import os
 import re
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .api import _OPTION_NAMES, cross_validate
-from .errors import ArgumentTypeError, InvalidArgumentError
+from . import errors as _errors
+from .errors import (ApproxCVError, ArgumentTypeError, FitError, GridEntryWarning,
+                     InvalidArgumentError)
 from .executors import run_batches, to_numpy
 from .folds import as_folds
 from .models.base import check_model
@@ -36,14 +47,27 @@ class Selection:
     """What :func:`select` produced.
 
     Attributes:
-        table: the ranking of :func:`~approxcv.results.compare_models` (one row per grid
-            entry, best first: ``rank``, ``elpd``, ``se``, ``elpd_diff``, ``dse``,
-            ``warning``), with one column per hyperparameter appended.
-        results: ``{label: CVResult}`` in grid order.
-        params: ``{label: fitted full-data parameters}``.
-        models: ``{label: model}``.
-        hyperparameters: ``{label: dict of hyperparameters}``.
-        fit_seconds: ``{label: seconds of the full-data fit}``.
+        table: one row per grid entry: the ranking of
+            :func:`~approxcv.results.compare_models` (best first: ``rank``, ``elpd``,
+            ``se``, ``elpd_diff``, ``dse``, ``n_units``, ``n_unreliable``, ``warning``,
+            ``method``), then ``n_params`` (free parameters of the fit), ``flag`` (why the
+            entry's numbers should not be trusted, ``""`` if nothing: ``over-parameterised``
+            when ``n_params >= n_units``, ``fit not converged``, ``Hessian not positive
+            definite``) and ``error`` (``"Type in fit: message"`` or ``"Type in
+            cross_validate: message"``, the exception that stopped a failed entry, ``""``
+            otherwise; failed entries come last, without ``rank`` or
+            ``elpd``), with one column per hyperparameter appended. ``n_unreliable``
+            counts the row's own unreliable folds; ``warning`` is set where the row rests
+            on an unreliable fold of its own *or* where its unreliable folds differ from
+            the best entry's (its ``elpd_diff`` and ``dse`` then touch the best entry's
+            unreliable folds), so it can be set on a row with ``n_unreliable == 0``.
+        results: ``{label: CVResult}`` of the entries that ran, in grid order.
+        params: ``{label: fitted full-data parameters}`` of those entries.
+        models: ``{label: model}`` (every entry).
+        hyperparameters: ``{label: dict of hyperparameters}`` (every entry).
+        fit_seconds: ``{label: seconds of the full-data fit}`` of the entries that ran.
+        failures: ``{label: "Type in stage: message"}`` of the entries whose fit or
+            cross-validation raised.
     """
     table: pd.DataFrame
     results: dict
@@ -51,6 +75,7 @@ class Selection:
     models: dict
     hyperparameters: dict
     fit_seconds: dict
+    failures: dict = dataclasses.field(default_factory=dict)
 
     @property
     def best(self) -> str:
@@ -58,12 +83,26 @@ class Selection:
         return str(self.table.index[0])
 
     def __repr__(self) -> str:
-        return f"Selection(best={self.best!r}, entries={len(self.results)})\n{self.table}"
+        return f"Selection(best={self.best!r}, entries={len(self.table)})\n{self.table}"
+
+
+@dataclass(frozen=True)
+class EntryFailure:
+    """A grid entry whose ``stage`` (``"fit"`` or ``"cross_validate"``) raised: the
+    exception's type name and message (picklable, so it comes back from any executor)."""
+    stage: str
+    error_type: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.error_type} in {self.stage}: {self.message}"
 
 
 class _FitAndValidate:
-    """Picklable task: ``(model, checkpoint) -> (params, CVResult, fit seconds)`` for one
-    grid entry, on the data and folds it carries; arrays in the outputs are NumPy."""
+    """Picklable task: ``(model, checkpoint) -> (params, CVResult, fit seconds,
+    fit converged)`` for one grid entry, on the data and folds it carries; arrays in the
+    outputs are NumPy. An exception of the fit or of the cross-validation is returned as an
+    :class:`EntryFailure` (the other entries go on)."""
 
     def __init__(self, data, folds, method, fit_kwargs, cv_kwargs):
         self.data, self.folds, self.method = data, folds, method
@@ -71,12 +110,41 @@ class _FitAndValidate:
 
     def __call__(self, model, checkpoint):
         t = time.perf_counter()
-        params = model.fit(self.data, **self.fit_kwargs)
+        try:
+            params = model.fit(self.data, **self.fit_kwargs)
+        except Exception as e:          # recorded in the entry's row
+            return EntryFailure("fit", type(e).__name__, str(e))
         seconds = time.perf_counter() - t
+        converged = _fit_converged(getattr(model, "fit_result_", None))
         extra = {} if checkpoint is None else {"checkpoint": checkpoint}
-        res = cross_validate(model, self.data, self.folds, self.method, params=params,
-                             **self.cv_kwargs, **extra)
-        return to_numpy(params), _numpy_result(res), seconds
+        try:
+            res = cross_validate(model, self.data, self.folds, self.method, params=params,
+                                 **self.cv_kwargs, **extra)
+        except Exception as e:
+            return EntryFailure("cross_validate", type(e).__name__, str(e))
+        return to_numpy(params), _numpy_result(res), seconds, converged
+
+
+def _fit_converged(record) -> bool:
+    """Whether a model's ``fit_result_`` says its fit converged (``True`` when it says
+    nothing; a per-start array: some start converged)."""
+    if not isinstance(record, Mapping) or "converged" not in record:
+        return True
+    return bool(np.any(np.asarray(record["converged"])))
+
+
+def _flags(res, converged: bool) -> str:
+    """Why an entry's numbers should not be trusted (``Selection.table``'s ``flag``)."""
+    d = res.diagnostics
+    out = []
+    n_params, n_units = d.get("num_params"), int(res.folds.n)
+    if n_params is not None and int(n_params) >= n_units:
+        out.append(f"over-parameterised ({int(n_params)} parameters >= {n_units} units)")
+    if not converged or bool(d.get("inexact_fit", False)):
+        out.append("fit not converged")
+    if d.get("hessian_pd") is False:
+        out.append("Hessian not positive definite")
+    return "; ".join(out)
 
 
 def _numpy_result(res):
@@ -176,8 +244,21 @@ def select(model_factory, grid, data, folds, method: str | None = "ij", *, execu
             ``restarts``, ...); ``checkpoint`` is a directory holding one checkpoint per entry.
 
     Returns:
-        :class:`Selection`: ``table`` (ranked, hyperparameter columns appended), per-entry
-        ``results``, ``params``, ``models``.
+        :class:`Selection`: ``table`` (ranked, with ``n_params``, ``flag``, ``error`` and
+        the hyperparameter columns appended; its ``warning`` column is also set on rows
+        whose comparison with the best entry touches the best entry's unreliable folds,
+        see :class:`Selection`), per-entry ``results``, ``params``, ``models``,
+        ``failures``.
+
+    Warns:
+        GridEntryWarning: some entries failed (each one's exception is in its row's
+            ``error`` and in ``failures``; the others are ranked) or are flagged
+            (``flag``: over-parameterised, fit not converged, Hessian not positive definite).
+
+    Raises:
+        FitError: every entry failed (the message gives each one's exception); where
+            all failed with one approxcv error class (e.g. an option ``cross_validate``
+            refuses), that class.
 
     Example:
         >>> x = acv.datasets.load_calls(300)
@@ -205,12 +286,56 @@ def select(model_factory, grid, data, folds, method: str | None = "ij", *, execu
     task = _FitAndValidate(data, folds, method, fit_kwargs, {"progress": False, **cv_kwargs})
     batches = [(models[lab], ck) for lab, ck in zip(labels, _checkpoints(checkpoint, labels))]
     outs = run_batches(task, batches, executor, progress, desc="select")
-    results = {lab: out[1] for lab, out in zip(labels, outs)}
+    failures = {lab: str(out) for lab, out in zip(labels, outs) if isinstance(out, EntryFailure)}
+    ran = {lab: out for lab, out in zip(labels, outs) if not isinstance(out, EntryFailure)}
+    if not ran:
+        raise _all_failed(outs, failures)
+    results = {lab: out[1] for lab, out in ran.items()}
     ranked = compare_models(results)
-    hp = pd.DataFrame.from_dict(entries, orient="index").reindex(ranked.index)
-    table = ranked.join(hp.drop(columns=[c for c in hp.columns if c in ranked.columns]))
+    ranked["n_params"] = [int(results[lab].diagnostics.get("num_params", -1))
+                          for lab in ranked.index]
+    ranked["flag"] = [_flags(results[lab], ran[lab][3]) for lab in ranked.index]
+    ranked["error"] = ""
+    failed = pd.DataFrame({"flag": "", "error": list(failures.values())},
+                          index=pd.Index(list(failures), name=ranked.index.name))
+    if failures:        # the ranked rows keep their integer and boolean columns
+        table = pd.concat([ranked, failed]).astype(
+            {c: "Int64" for c in ("rank", "n_units", "n_unreliable", "n_params")}
+            | {"warning": "boolean"})
+    else:
+        table = ranked
+    hp = pd.DataFrame.from_dict(entries, orient="index").reindex(table.index)
+    table = table.join(hp.drop(columns=[c for c in hp.columns if c in table.columns]))
     table.attrs = dict(ranked.attrs)
+    _warn_entries(failures, table)
     return Selection(table=table, results=results,
-                     params={lab: out[0] for lab, out in zip(labels, outs)},
+                     params={lab: out[0] for lab, out in ran.items()},
                      models=models, hyperparameters=entries,
-                     fit_seconds={lab: out[2] for lab, out in zip(labels, outs)})
+                     fit_seconds={lab: out[2] for lab, out in ran.items()},
+                     failures=failures)
+
+
+def _all_failed(outs, failures: dict) -> Exception:
+    """The error of a grid in which every entry failed: the entries' common approxcv error
+    class where they share one (e.g. an option every ``cross_validate`` refused), else
+    :class:`~approxcv.errors.FitError`; the message gives each entry's exception."""
+    kinds = {out.error_type for out in outs}
+    cls = getattr(_errors, kinds.pop(), None) if len(kinds) == 1 else None
+    if not (isinstance(cls, type) and issubclass(cls, ApproxCVError)):
+        cls = FitError
+    return cls("every grid entry failed: " + "; ".join(
+        f"{lab!r}: {msg}" for lab, msg in failures.items()))
+
+
+def _warn_entries(failures: dict, table: pd.DataFrame) -> None:
+    """One :class:`~approxcv.errors.GridEntryWarning` naming the failed and the flagged
+    entries."""
+    flagged = {lab: f for lab, f in table["flag"].items() if f}
+    parts = [f"{len(failures)} of {len(table)} grid entries failed and are not ranked ("
+             + "; ".join(f"{lab!r}: {msg}" for lab, msg in failures.items()) + ")"
+             ] if failures else []
+    if flagged:
+        parts.append("flagged (see the table's `flag`): " + "; ".join(
+            f"{lab!r}: {f}" for lab, f in flagged.items()))
+    if parts:
+        warnings.warn("select: " + ". ".join(parts), GridEntryWarning, stacklevel=3)

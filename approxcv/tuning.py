@@ -33,7 +33,6 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -162,8 +161,6 @@ def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for) -> TuneResu
     t0 = time.perf_counter()
     res = newton_tune(u0, jnp.log(jnp.asarray(lam)), prob.design, prob.y, prob.aux,
                       prob.loss_fn, prob.penalty_fn, max_iter=max_iter)
-    jax.block_until_ready(res)
-    seconds = time.perf_counter() - t0
     acv_path = np.asarray(res.path_acv)
     rows_n = int(np.sum(np.isfinite(acv_path)))
     if rows_n == 0 or not np.isfinite(float(res.acv)):
@@ -172,12 +169,13 @@ def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for) -> TuneResu
             "positive definite (too little regularisation?)")
     u = res.u
     lam_path = np.exp(np.asarray(res.path_rho)[:rows_n])
+    step_seconds = res.path_time[:rows_n] - t0      # when each accepted step was done
     rows = []
     for j in range(rows_n):
         last = j == rows_n - 1
         row = {"iteration": j, "acv": acv_path[j], "acv_full": acv_path[j],
                "grad_norm": float(np.asarray(res.path_grad_norm)[j]),
-               "seconds": seconds if last else np.nan,
+               "seconds": float(step_seconds[j]),
                "test_loss": _test_loss(model, test, u) if last else np.nan}
         row.update({"lam": lam_path[j, 0]} if lam_path.shape[1] == 1 else
                    {f"lam_{k}": lam_path[j, k] for k in range(lam_path.shape[1])})
@@ -212,7 +210,7 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
 
     ``"newton"`` (:mod:`approxcv.tuning_newton`): damped Newton steps on ``rho`` with the
     exact gradient and Hessian of ALOOCV (implicit differentiation through the fit), refits
-    by Newton on the smooth objective, the whole loop one compiled program; it stops at a
+    by Newton on the smooth objective, each step one compiled program; it stops at a
     stationary point (``|dACV/drho| <= 1e-9 (1 + ACV)``). ``"full"``/``"stochastic"``:
     every iteration refits the model warm-started at the previous fit, computes ALOOCV and
     its gradient (:func:`aloocv_gradient`), and takes one optax step on ``rho``.
@@ -227,7 +225,9 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
             terms per step) or ``"stochastic"`` (Algorithm 2: ``batch_size`` random LOO
             terms per step). ``"newton"`` ignores ``gradient``, ``optimizer``,
             ``learning_rate``, ``batch_size``, ``eval_every``, ``seed`` and ``tol``; its
-            path has the accepted points, ``seconds`` and ``test_loss`` at the last only.
+            path has the accepted points, ``seconds`` at each (the wall time since the call
+            when the step was done, compilation included, as for the other algorithms)
+            and ``test_loss`` at the last only.
         gradient: one of :data:`GRADIENTS`.
         optimizer: an ``optax.GradientTransformation``; default ``optax.adam(learning_rate)``.
         learning_rate: step size of the default optimiser (in ``log lam``).

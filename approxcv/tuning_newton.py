@@ -10,7 +10,8 @@ Newton's map converges quadratically, so ``u_2(rho) - u_hat(rho) = O(|rho - rho_
 ``jax.hessian`` of ``ACV(u_2(rho), rho)`` is the Hessian of ``ACV(u_hat(rho), rho)`` (one
 Newton step would give the gradient only: the Laplace approximation's trick, one order up).
 
-The loop — one ``lax.while_loop``, compiled once per problem shape — takes
+The loop — one compiled step (:func:`_newton_step`, compiled once per problem shape),
+called from the host until the test stops it, so each step's end is timed — takes
 Levenberg-Marquardt-damped Newton steps ``d = (H + mu s I)^{-1} g`` (``s = mean|diag H|``;
 ``mu`` grows tenfold while ``H + mu s I`` is not positive definite or a step does not
 decrease ``ACV`` by ``1e-4 g^T d``, shrinks tenfold after an accepted step, to 0), each
@@ -21,11 +22,13 @@ at every trial ``rho`` by damped Newton warm-started at the current fit
 """
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ._compile import jit
@@ -46,7 +49,9 @@ class NewtonTuneResult(NamedTuple):
     """rho: ``(m,)`` the last accepted point; u: the fit there; acv, grad, hess at it;
     converged: the gradient test met; iterations: steps taken; refit_converged: every
     accepted refit met its gradient tolerance; path_rho ``(max_iter + 2, m)``, path_acv,
-    path_grad_norm ``(max_iter + 2,)`` (2-norm): the accepted points (NaN after the last)."""
+    path_grad_norm ``(max_iter + 2,)`` (2-norm): the accepted points (NaN after the last);
+    path_time ``(max_iter + 2,)`` NumPy: the host's ``time.perf_counter()`` when each
+    accepted step was done."""
     rho: jax.Array
     u: jax.Array
     acv: jax.Array
@@ -58,6 +63,7 @@ class NewtonTuneResult(NamedTuple):
     path_rho: jax.Array
     path_acv: jax.Array
     path_grad_norm: jax.Array
+    path_time: np.ndarray
 
 
 def _newton_map(u, lam, design, y, aux, loss_fn, penalty_fn):
@@ -71,13 +77,55 @@ def _newton_map(u, lam, design, y, aux, loss_fn, penalty_fn):
     return u - jnp.linalg.solve(0.5 * (h + h.T), g)
 
 
-@partial(jit, static_argnames=("loss_fn", "penalty_fn", "max_iter"))
 def newton_tune(u0, rho0, design, y, aux, loss_fn, penalty_fn, max_iter: int = 30,
                 gtol: float = GTOL) -> NewtonTuneResult:
     """Minimise ``ACV(rho)`` from ``rho0`` with the fit ``u0`` near ``u_hat(rho0)`` (module
-    docstring); returns a :class:`NewtonTuneResult`."""
+    docstring); returns a :class:`NewtonTuneResult`.
+
+    Each iteration is one call of the compiled :func:`_newton_step` (compiled once per
+    problem shape and ``max_iter``), so the host sees each step end: ``path_time`` holds
+    the ``time.perf_counter()`` at which each accepted step was done."""
+    rho0 = np.asarray(rho0, dtype=np.float64)
+    m = rho0.shape[0]
+    # the first iteration evaluates rho0 itself (g = 0: a zero step, accepted against
+    # ACV = inf), so the program holds one refit and one derivative sweep. The state is
+    # built in NumPy: eager JAX operations would each compile a small program
+    nan_rows = np.full(max_iter + 2, np.nan)
+    s = dict(rho=rho0, u=np.asarray(u0, dtype=np.float64), f=np.float64(np.inf),
+             g=np.zeros(m), h=np.eye(m), mu=np.float64(0.0), k=np.int64(0),
+             done=np.bool_(False), refit_ok=np.bool_(True), reliable=np.bool_(True),
+             path_rho=np.full((max_iter + 2, m), np.nan), path_acv=nan_rows,
+             path_gn=nan_rows, accepted=np.int64(0))
+    path_time = np.full(max_iter + 2, np.nan)
+    accepted = 0
+    while (not bool(s["done"]) and int(s["k"]) <= max_iter
+           and not (int(s["k"]) > 0 and not np.isfinite(float(s["f"])))):
+        s = _newton_step(s, design, y, aux, np.float64(gtol), loss_fn=loss_fn,
+                         penalty_fn=penalty_fn)
+        now = int(s["accepted"])            # waits for the step
+        if now > accepted:
+            path_time[accepted] = time.perf_counter()
+            accepted = now
+    f, g = float(s["f"]), np.asarray(s["g"])
+    converged = bool(np.max(np.abs(g)) <= gtol * (1.0 + abs(f)) and np.isfinite(f))
+    return NewtonTuneResult(s["rho"], s["u"], s["f"], s["g"], s["h"],
+                            np.bool_(converged and bool(s["reliable"])), int(s["k"]) - 1,
+                            s["refit_ok"], s["path_rho"], s["path_acv"], s["path_gn"],
+                            path_time)
+
+
+def _gnorm(g):
+    return jnp.max(jnp.abs(g))
+
+
+@partial(jit, static_argnames=("loss_fn", "penalty_fn"))
+def _newton_step(s, design, y, aux, gtol, *, loss_fn, penalty_fn):
+    """One iteration of the loop (module docstring) from the state ``s`` (a dict of
+    arrays: the current point, its ACV, gradient, Hessian, damping and the path)."""
     n = design.shape[0]
     subset = jnp.arange(n)
+    m = s["rho"].shape[0]
+    dtype = s["rho"].dtype
 
     def refit(rho, u_start):
         lam = jnp.exp(rho)
@@ -104,52 +152,29 @@ def newton_tune(u0, rho0, design, y, aux, loss_fn, penalty_fn, max_iter: int = 3
         hess, (acv, grad, reliable) = jax.jacfwd(grad_with_aux, has_aux=True)(rho)
         return acv, grad, 0.5 * (hess + hess.T), reliable
 
-    def gnorm(g):
-        return jnp.max(jnp.abs(g))
-
-    # the first iteration evaluates rho0 itself (g = 0: a zero step, accepted against
-    # ACV = inf), so the program holds one refit and one derivative sweep
-    m = rho0.shape[0]
-    nan_rows = jnp.full((max_iter + 2,), jnp.nan, rho0.dtype)
-    state = dict(rho=rho0, u=jnp.asarray(u0, rho0.dtype), f=jnp.asarray(jnp.inf, rho0.dtype),
-                 g=jnp.zeros(m, rho0.dtype), h=jnp.eye(m, dtype=rho0.dtype),
-                 mu=jnp.zeros((), rho0.dtype), k=0, done=False, refit_ok=True,
-                 reliable=True, path_rho=jnp.full((max_iter + 2, m), jnp.nan, rho0.dtype),
-                 path_acv=nan_rows, path_gn=nan_rows, accepted=0)
-
-    def cond(s):
-        return (~s["done"]) & (s["k"] <= max_iter) & ~((s["k"] > 0) & ~jnp.isfinite(s["f"]))
-
-    def body(s):
-        scale = jnp.mean(jnp.abs(jnp.diag(s["h"]))) + 1e-300
-        chol = jnp.linalg.cholesky(s["h"] + s["mu"] * scale * jnp.eye(m, dtype=rho0.dtype))
-        pd = jnp.all(jnp.isfinite(chol))
-        d = jax.scipy.linalg.cho_solve((jnp.where(pd, chol, jnp.eye(m)), True), s["g"])
-        d = d * jnp.minimum(1.0, MAX_STEP / (gnorm(d) + 1e-300))
-        rho_new = s["rho"] - d
-        u_new, ok = refit(rho_new, s["u"])
-        f_new, g_new, h_new, rel_new = derivatives(rho_new, u_new)
-        accept = pd & jnp.isfinite(f_new) & (f_new <= s["f"] - 1e-4 * jnp.dot(s["g"], d))
-        grown = jnp.maximum(10.0 * s["mu"], 1e-6)
-        mu = jnp.where(accept, jnp.where(s["mu"] < 1e-6, 0.0, 0.1 * s["mu"]), grown)
-        pick = lambda a, b: jnp.where(accept, a, b)                    # noqa: E731
-        out = dict(rho=pick(rho_new, s["rho"]), u=pick(u_new, s["u"]), f=pick(f_new, s["f"]),
-                   g=pick(g_new, s["g"]), h=pick(h_new, s["h"]), mu=mu, k=s["k"] + 1,
-                   refit_ok=s["refit_ok"] & (ok | ~accept),
-                   reliable=pick(rel_new, s["reliable"]))
-        row = s["accepted"]
-        out["path_rho"] = jnp.where(accept, s["path_rho"].at[row].set(rho_new), s["path_rho"])
-        out["path_acv"] = jnp.where(accept, s["path_acv"].at[row].set(f_new), s["path_acv"])
-        out["path_gn"] = jnp.where(accept, s["path_gn"].at[row].set(jnp.linalg.norm(g_new)),
-                                   s["path_gn"])
-        out["accepted"] = row + accept.astype(int)
-        # converged, or no damping gives a decrease any more (a round-off-level step)
-        out["done"] = ((gnorm(out["g"]) <= gtol * (1.0 + jnp.abs(out["f"])))
-                       | (~accept & (gnorm(d) <= 1e-12)))
-        return out
-
-    s = lax.while_loop(cond, body, state)
-    converged = (gnorm(s["g"]) <= gtol * (1.0 + jnp.abs(s["f"]))) & jnp.isfinite(s["f"])
-    return NewtonTuneResult(s["rho"], s["u"], s["f"], s["g"], s["h"],
-                            converged & s["reliable"], s["k"] - 1, s["refit_ok"],
-                            s["path_rho"], s["path_acv"], s["path_gn"])
+    scale = jnp.mean(jnp.abs(jnp.diag(s["h"]))) + 1e-300
+    chol = jnp.linalg.cholesky(s["h"] + s["mu"] * scale * jnp.eye(m, dtype=dtype))
+    pd = jnp.all(jnp.isfinite(chol))
+    d = jax.scipy.linalg.cho_solve((jnp.where(pd, chol, jnp.eye(m)), True), s["g"])
+    d = d * jnp.minimum(1.0, MAX_STEP / (_gnorm(d) + 1e-300))
+    rho_new = s["rho"] - d
+    u_new, ok = refit(rho_new, s["u"])
+    f_new, g_new, h_new, rel_new = derivatives(rho_new, u_new)
+    accept = pd & jnp.isfinite(f_new) & (f_new <= s["f"] - 1e-4 * jnp.dot(s["g"], d))
+    grown = jnp.maximum(10.0 * s["mu"], 1e-6)
+    mu = jnp.where(accept, jnp.where(s["mu"] < 1e-6, 0.0, 0.1 * s["mu"]), grown)
+    pick = lambda a, b: jnp.where(accept, a, b)                    # noqa: E731
+    out = dict(rho=pick(rho_new, s["rho"]), u=pick(u_new, s["u"]), f=pick(f_new, s["f"]),
+               g=pick(g_new, s["g"]), h=pick(h_new, s["h"]), mu=mu, k=s["k"] + 1,
+               refit_ok=s["refit_ok"] & (ok | ~accept),
+               reliable=pick(rel_new, s["reliable"]))
+    row = s["accepted"]
+    out["path_rho"] = jnp.where(accept, s["path_rho"].at[row].set(rho_new), s["path_rho"])
+    out["path_acv"] = jnp.where(accept, s["path_acv"].at[row].set(f_new), s["path_acv"])
+    out["path_gn"] = jnp.where(accept, s["path_gn"].at[row].set(jnp.linalg.norm(g_new)),
+                               s["path_gn"])
+    out["accepted"] = row + accept.astype(row.dtype)
+    # converged, or no damping gives a decrease any more (a round-off-level step)
+    out["done"] = ((_gnorm(out["g"]) <= gtol * (1.0 + jnp.abs(out["f"])))
+                   | (~accept & (_gnorm(d) <= 1e-12)))
+    return out

@@ -1,9 +1,10 @@
 """``acv.select``: fits and cross-validation over a hyperparameter grid."""
 import numpy as np
+import pandas as pd
 import pytest
 
 import approxcv as acv
-from approxcv.errors import ArgumentTypeError, InvalidArgumentError
+from approxcv.errors import ArgumentTypeError, FitError, GridEntryWarning, InvalidArgumentError
 
 N = 40
 
@@ -56,3 +57,97 @@ def test_select_refuses_bad_grids_factories_and_folds(ridge_data):
         acv.select(acv.models.Ridge, [{"lam": 1.0}], ridge_data, folds, restart=2)
     with pytest.raises(InvalidArgumentError, match="`params`"):
         acv.select(acv.models.Ridge, [{"lam": 1.0}], ridge_data, folds, params=None)
+
+
+class _FailingRidge(acv.models.Ridge):
+    """A Ridge whose fit raises (a grid entry that cannot be fitted)."""
+
+    def fit(self, data, **kwargs):
+        raise FitError("no start converged (test)")
+
+
+class _NaNRidge(acv.models.Ridge):
+    """A Ridge whose fit returns NaN coefficients (cross-validation refuses them)."""
+
+    def fit(self, data, **kwargs):
+        params = super().fit(data, **kwargs)
+        return params._replace(coef=np.full(np.shape(params.coef), np.nan))
+
+
+class _InexactRidge(acv.models.Ridge):
+    """A Ridge whose fit stops away from the optimum (an unconverged fit)."""
+
+    def fit(self, data, **kwargs):
+        params = super().fit(data, **kwargs)
+        return params._replace(coef=np.asarray(params.coef) + 0.5)
+
+
+def _factory(lam, kind="ok"):
+    return {"ok": acv.models.Ridge, "fail": _FailingRidge, "nan": _NaNRidge,
+            "inexact": _InexactRidge}[kind](lam)
+
+
+GRID = {"good": {"lam": 0.1}, "fails": {"lam": 1.0, "kind": "fail"},
+        "nan": {"lam": 1.0, "kind": "nan"}, "strong": {"lam": 30.0}}
+
+
+def _check_failures_recorded(sel, ridge_data, folds):
+    """The two failing entries are recorded in their rows, last; the others ranked as
+    select without them."""
+    assert list(sel.table.index) == ["good", "strong", "fails", "nan"]
+    assert sel.table.loc["fails", "error"] == "FitError in fit: no start converged (test)"
+    assert sel.table.loc["nan", "error"].startswith("InvalidArgumentError in cross_validate")
+    assert sel.table.loc["good", "error"] == "" and pd.isna(sel.table.loc["fails", "elpd"])
+    assert list(sel.table["flag"]) == ["", "", "", ""]
+    assert list(sel.table["lam"]) == [0.1, 30.0, 1.0, 1.0]
+    assert set(sel.failures) == {"fails", "nan"} and set(sel.results) == {"good", "strong"}
+    alone = acv.select(acv.models.Ridge, {k: GRID[k] for k in ("good", "strong")}, ridge_data,
+                       folds, "ns", progress=False, warn=False)
+    np.testing.assert_allclose(sel.table["elpd"].iloc[:2], alone.table["elpd"], rtol=1e-12)
+    assert sel.table["rank"].iloc[:2].tolist() == [0, 1]
+
+
+def test_a_failing_entry_is_recorded_in_its_row_and_the_others_are_ranked(ridge_data):
+    folds = acv.folds.kfold(N, 4)
+    with pytest.warns(GridEntryWarning, match=r"2 of 4 grid entries failed.*'fails': FitError"):
+        sel = acv.select(_factory, GRID, ridge_data, folds, "ns", progress=False, warn=False)
+    _check_failures_recorded(sel, ridge_data, folds)
+    with pytest.raises(FitError, match=r"every grid entry failed: 'fails': FitError.*'nan'"):
+        acv.select(_factory, {k: GRID[k] for k in ("fails", "nan")}, ridge_data, folds, "ns",
+                   progress=False, warn=False)
+    # an option every entry's cross_validate refuses keeps its error class
+    with pytest.raises(InvalidArgumentError, match=r"every grid entry failed: 'good': "
+                                                   r"InvalidArgumentError in cross_validate"):
+        acv.select(_factory, {k: GRID[k] for k in ("good", "strong")}, ridge_data, folds,
+                   "ns", progress=False, warn=False, tol=-1.0)
+
+
+def test_a_failing_entry_on_dask_is_recorded_in_its_row(ridge_data):
+    distributed = pytest.importorskip("distributed")
+    folds = acv.folds.kfold(N, 4)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        with pytest.warns(GridEntryWarning, match="2 of 4 grid entries failed"):
+            sel = acv.select(_factory, GRID, ridge_data, folds, "ns", executor=client,
+                             progress=False, warn=False)
+    _check_failures_recorded(sel, ridge_data, folds)
+
+
+def test_over_parameterised_and_unconverged_fits_are_flagged(ridge_data):
+    """Ridge with an intercept on 8 points of 8 features has 9 parameters: flagged (the
+    entries of ridge_data, 4 parameters on 40 points, are not: above). A fit that stops
+    away from the optimum is flagged as not converged."""
+    rng = np.random.default_rng(2)
+    wide = (rng.normal(size=(8, 8)), rng.normal(size=8))
+    with pytest.warns(GridEntryWarning, match=r"'lam=1.0': over-parameterised \(9 param"):
+        sel = acv.select(acv.models.Ridge, [{"lam": 1.0}], wide, acv.folds.kfold(8, 4), "ns",
+                         progress=False, warn=False)
+    assert sel.table.loc["lam=1.0", "flag"] == "over-parameterised (9 parameters >= 8 units)"
+    assert sel.table.loc["lam=1.0", "n_params"] == 9
+    with pytest.warns(GridEntryWarning, match="'inexact': fit not converged"):
+        sel = acv.select(_factory, {"ok": {"lam": 1.0}, "inexact": {"lam": 1.0,
+                                                                     "kind": "inexact"}},
+                         ridge_data, acv.folds.kfold(N, 4), "ns", progress=False, warn=False)
+    assert sel.table.loc["inexact", "flag"] == "fit not converged"
+    assert sel.table.loc["ok", "flag"] == ""

@@ -208,6 +208,10 @@ def test_newton_and_adam_reach_the_closed_form_loo_optimum(ridge_data):
     assert newton.best_lam[0] == pytest.approx(np.exp(best.x), rel=1e-5)
     assert newton.best_acv == pytest.approx(best.fun, rel=1e-9)
     assert len(newton.path) <= 10 and np.all(np.diff(newton.path["acv"]) <= 0)
+    # every accepted step has its time (since the call, compilation included), in order
+    seconds = newton.path["seconds"].to_numpy()
+    assert len(seconds) > 1 and np.all(np.isfinite(seconds)) and np.all(seconds > 0)
+    assert np.all(np.diff(seconds) >= 0)
     adam = tune_regularization(Ridge(1.0), (X, y), 1.0, algorithm="full", max_iter=40,
                                learning_rate=0.3)
     assert adam.best_acv == pytest.approx(newton.best_acv, rel=1e-4)

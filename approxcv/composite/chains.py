@@ -28,7 +28,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 from .._validate import check_positive_int
-from ..errors import InvalidArgumentError, InvalidDataError
+from ..errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
 from ..inference import crf as crf_kernels
 from .chain_windows import label_configs, window_log_prob_sum
 
@@ -204,6 +204,10 @@ class CRFComponents(_Chain):
     docstring); parameters: the CRF's, flattened in its field order."""
 
     def __init__(self, crf):
+        if not all(callable(getattr(crf, m, None)) for m in ("scores", "_shapes")) or not \
+                hasattr(crf, "n_labels"):
+            raise ArgumentTypeError(f"`crf` must be an approxcv.models.LinearChainCRF, got "
+                                    f"{type(crf).__name__}")
         self.crf = crf
         self.n_labels = crf.n_labels
         self.n_features_ = None

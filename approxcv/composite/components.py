@@ -18,7 +18,34 @@ from dataclasses import dataclass
 from ..errors import ArgumentTypeError
 
 __all__ = ["ComponentGroup", "full_likelihood", "pseudo_likelihood", "user_components",
-           "as_group"]
+           "as_group", "check_component_model", "COMPONENT_METHODS"]
+
+#: what a component model provides (:class:`~approxcv.composite.BoltzmannMachine`,
+#: :class:`~approxcv.composite.BoltzmannChain`, :class:`~approxcv.composite.CRFComponents`)
+COMPONENT_METHODS = ("full_components", "pseudo_components", "check_items", "stacks",
+                     "unidentified", "stack_log_probs", "log_prob_samples", "prepare_samples",
+                     "zero_params")
+
+
+def check_component_model(model, name: str = "model"):
+    """``model`` itself if it is a component model (it has every method of
+    :data:`COMPONENT_METHODS`).
+
+    Raises:
+        ArgumentTypeError: it is not; the message names the missing methods and what to
+            pass (a ``LinearChainCRF`` is wrapped as ``CRFComponents(crf)``).
+    """
+    missing = [m for m in COMPONENT_METHODS if not callable(getattr(model, m, None))]
+    if not missing:
+        return model
+    hint = (f" To fit a {type(model).__name__} by composite likelihood, pass "
+            "`approxcv.composite.CRFComponents(crf)`." if hasattr(model, "scores")
+            and hasattr(model, "n_labels") else "")
+    raise ArgumentTypeError(
+        f"`{name}` must be a composite-likelihood component model (BoltzmannMachine, "
+        f"BoltzmannChain or CRFComponents), got {type(model).__name__}, which lacks "
+        f"{', '.join(missing[:4])}{f' and {len(missing) - 4} more' if len(missing) > 4 else ''}"
+        f".{hint}")
 
 
 @dataclass(frozen=True)
@@ -33,24 +60,26 @@ class ComponentGroup:
 
 def full_likelihood(model) -> ComponentGroup:
     """The full likelihood ``log p(x)`` of ``model`` as one component, named ``"FL"``."""
-    return ComponentGroup("FL", model.full_components())
+    return ComponentGroup("FL", check_component_model(model).full_components())
 
 
 def pseudo_likelihood(model, order: int = 1) -> ComponentGroup:
     """Order-``k`` pseudo-likelihood components of ``model``, named ``"PL<k>"``: every
     ``|A| = k`` node set conditioned on the rest (Boltzmann machine), or every window of
     ``k`` positions conditioned on its neighbours (chains)."""
-    return ComponentGroup(f"PL{int(order)}", model.pseudo_components(order))
+    return ComponentGroup(f"PL{int(order)}",
+                          check_component_model(model).pseudo_components(order))
 
 
 def user_components(model, pairs, name: str = "user") -> ComponentGroup:
     """A user's list of ``(A, B)`` pairs, checked by ``model`` (disjoint, non-empty ``A``,
     nodes in range)."""
-    return ComponentGroup(str(name), model.check_items(pairs))
+    return ComponentGroup(str(name), check_component_model(model).check_items(pairs))
 
 
 def as_group(model, group) -> ComponentGroup:
     """``group`` as a :class:`ComponentGroup` of ``model`` (a group, or a list of pairs)."""
+    check_component_model(model)
     if isinstance(group, ComponentGroup):
         return ComponentGroup(group.name, model.check_items(group.items))
     if isinstance(group, (list, tuple)):

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from .components import full_likelihood
+from .components import check_component_model, full_likelihood
 from .cost import expected_cost, realised_cost
 from .model import SCLModel, SCLParams
 from .policy import Policy
-from .variance import asymptotic_variance, sandwich
+from .variance import asymptotic_variance, checked_inverse, sandwich
 
 __all__ = ["fit", "SCLFit"]
 
@@ -76,7 +76,8 @@ class SCLFit:
         fl = SCLModel(self.model.base, Policy([full_likelihood(self.model.base)]),
                       prior_var=self.model.prior_var)
         data = fl.prepare(self.data.samples)[0]
-        return np.linalg.inv(sandwich(fl, data, self.params)["hessian"])
+        return checked_inverse(sandwich(fl, data, self.params)["hessian"],
+                               "the Hessian of the full negative log-likelihood")
 
     def relative_efficiency(self, form: str = "corrected", exact: bool = False) -> dict:
         """Size of the variance relative to the MLE's (seed eq. 12): ``{"det": det V /
@@ -112,9 +113,12 @@ def fit(model, X, policy: Policy, seed: int = 0, prior_var: float | None = None,
         max_steps: BFGS steps of each fit.
 
     Raises:
+        ArgumentTypeError: ``model`` is not a component model (a ``LinearChainCRF`` is
+            passed as ``CRFComponents(crf)``).
         InvalidDataError: ``X`` is not valid data for ``model`` (named).
         InvalidArgumentError: the policy's components miss a parameter.
     """
+    check_component_model(model)
     t = time.perf_counter()
     scl = SCLModel(model, policy, seed=seed, prior_var=prior_var, max_steps=max_steps)
     data = scl.prepare(X)[0]

@@ -29,9 +29,11 @@ import numpy as np
 
 from .._compile import jit
 from .._validate import check_positive, check_positive_int
-from ..errors import ConvergenceWarning, InvalidArgumentError
+from ..errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
+                      NonIdentifiableWarning)
 from ..models import constraints as C
 from ..models.base import Model, check_weights, left_out
+from .components import check_component_model
 from .policy import Policy, draw_selection
 
 __all__ = ["SCLModel", "SCLData", "SCLParams"]
@@ -66,24 +68,32 @@ class SCLModel(Model):
             Newton polish finishes; chains with hundreds of parameters need more).
 
     Raises:
-        InvalidArgumentError: the policy's components do not reach every parameter (the
-            unidentified ones are named).
+        ArgumentTypeError: ``base`` is not a component model (e.g. a ``LinearChainCRF``
+            where ``CRFComponents(crf)`` is meant) or ``policy`` not a :class:`Policy`.
+        InvalidArgumentError: the policy's components with a positive weight do not reach
+            every parameter (the unidentified ones are named).
     """
     refit_solver = "bfgs"
     refit_restarts = 0
 
     def __init__(self, base, policy: Policy, seed: int = 0, prior_var: float | None = None,
                  max_steps: int = 200):
-        self.base = base
+        self.base = check_component_model(base, "base")
+        if not isinstance(policy, Policy):
+            raise ArgumentTypeError(f"`policy` must be an approxcv.composite.Policy, got "
+                                    f"{type(policy).__name__}")
         self.policy = policy.bind(base)
         self.seed = int(seed)
         self.prior_var = None if prior_var is None else check_positive("prior_var", prior_var)
         self.max_steps = check_positive_int("max_steps", max_steps)
-        missing = base.unidentified(self.policy.items)
+        # a component of weight 0 adds nothing to the objective
+        weighted = [it for it, b in zip(self.policy.items, self.policy.beta) if b > 0]
+        missing = base.unidentified(weighted)
         if missing:
             raise InvalidArgumentError(
                 f"`policy`: its components do not identify every parameter of {base!r}: "
-                f"{len(missing)} parameter(s) enter no selected component ({missing[:6]}"
+                f"{len(missing)} parameter(s) enter no selected component of positive "
+                f"weight ({missing[:6]}"
                 f"{' ...' if len(missing) > 6 else ''}); add components that condition on "
                 "fewer nodes (e.g. pseudo_likelihood(model, 1))")
         self.stacks_ = base.stacks(self.policy.items)
@@ -180,8 +190,15 @@ class SCLModel(Model):
         (:func:`approxcv.optim.batched_minimize`) from the component model's start (or
         ``u0``); the run is recorded in ``fit_result_``.
 
+        A fit whose Hessian has a direction of no curvature or in which the Newton step
+        is not small (:func:`unbounded_parameters`: the data do not bound those
+        parameters, e.g. the couplings of a node that is never on, whose maximiser lies at
+        infinity) is not converged: ``fit_result_["unidentified"]`` names the parameters
+        (a prior, ``prior_var``, bounds them).
+
         Warns:
             ConvergenceWarning: the optimiser stopped before its criterion was met.
+            NonIdentifiableWarning: the data do not bound some parameters (named).
         """
         from ..fitting import fit_method
         from ..optim import batched_minimize
@@ -201,7 +218,27 @@ class SCLModel(Model):
         self.fit_result_ = {"objective": float(res.value[0]),
                             "grad_norm": float(res.grad_norm[0]),
                             "converged": bool(res.converged[0]),
-                            "num_steps": int(res.num_steps[0])}
+                            "num_steps": int(res.num_steps[0]), "unidentified": []}
+        if method == "bfgs" and np.all(np.isfinite(u)):     # dense: the Hessian is formed
+            from ..optim.newton import value_and_derivatives
+            # the program of the polish, the IJ and the sandwich (compiled once)
+            _, grad, hess, _ = value_and_derivatives(problem.fun, jnp.asarray(u),
+                                                     np.ones(n), data, True)
+            names = getattr(self.base, "param_names", None)
+            names = names() if callable(names) else [f"theta[{k}]" for k in range(u.size)]
+            flat = [names[k] for k in unbounded_parameters(hess, grad)]
+            self.fit_result_["unidentified"] = flat
+            if flat:
+                self.fit_result_["converged"] = False
+                warnings.warn(
+                    f"SCL fit: the data do not bound {len(flat)} parameter(s) "
+                    f"({', '.join(flat[:6])}{' ...' if len(flat) > 6 else ''}; at "
+                    f"{np.round(u[[names.index(f) for f in flat[:6]]], 3).tolist()}): the "
+                    "objective keeps decreasing along them (e.g. a node never on in the "
+                    "data) and no prior holds them; the fit is not converged and its "
+                    "variance and CV are not meaningful. Pass `prior_var` or drop the "
+                    "unobserved part of the model", NonIdentifiableWarning, stacklevel=2)
+                return SCLParams(u)
         if not self.fit_result_["converged"]:
             warnings.warn(f"SCL fit did not converge in {self.max_steps} steps (gradient norm "
                           f"{self.fit_result_['grad_norm']:.3g})", ConvergenceWarning,
@@ -222,3 +259,31 @@ class SCLModel(Model):
     def __repr__(self) -> str:
         return (f"SCLModel({self.base!r}, {self.policy.label()}, seed={self.seed}, "
                 f"prior_var={self.prior_var})")
+
+
+#: a Hessian eigenvalue below this fraction of the largest is a direction of no curvature
+FLAT_RTOL = 1e-12
+#: a Newton step from the fit longer than this along an eigenvector (in the parameter's
+#: units) says the minimum lies further out: ``|v^T g| / lambda`` is 1 along a direction
+#: in which the objective decays exponentially (a log-linear model's parameter heading to
+#: infinity) however small ``g``, and ~1e-16 at a converged minimum
+FLAT_STEP = 1e-3
+
+
+def unbounded_parameters(hess, grad) -> np.ndarray:
+    """Indices of the parameters the objective does not bound at a fit: those loading (at
+    least 0.3 of the largest entry) on an eigenvector ``v`` of ``H`` with eigenvalue
+    ``lambda <= FLAT_RTOL max|lambda|`` or Newton step ``|v^T g| / lambda > FLAT_STEP``."""
+    h = np.asarray(hess, dtype=np.float64)
+    g = np.asarray(grad, dtype=np.float64)
+    if not (np.all(np.isfinite(h)) and np.all(np.isfinite(g))):
+        return np.arange(h.shape[0])
+    evals, vecs = np.linalg.eigh(0.5 * (h + h.T))
+    top = max(float(np.max(np.abs(evals))), np.finfo(float).tiny)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step = np.abs(vecs.T @ g) / evals
+    flat = (evals <= FLAT_RTOL * top) | (step > FLAT_STEP)
+    if not flat.any():
+        return np.zeros(0, dtype=int)
+    load = np.abs(vecs[:, flat])
+    return np.flatnonzero(np.any(load >= 0.3 * load.max(0, keepdims=True), axis=1))

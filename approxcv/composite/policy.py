@@ -19,6 +19,7 @@ or their order: leaving a sample out leaves its draw out.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,7 +76,8 @@ class Policy:
 
     Raises:
         InvalidArgumentError: a selection probability outside (0, 1] (a group that is never
-            selected), probabilities of a multinomial not summing to 1, a negative weight.
+            selected), probabilities of a multinomial not summing to 1, a negative weight,
+            every weight 0 (an objective without data).
     """
     groups: tuple
     select: tuple
@@ -90,6 +92,13 @@ class Policy:
             raise ArgumentTypeError("`groups` must be a non-empty list of component groups")
         if all(_is_pair(g) for g in groups):
             groups = [list(groups)]          # one user list of (A, B) pairs
+        for i, g in enumerate(groups):
+            if not (isinstance(g, ComponentGroup) or (isinstance(g, (list, tuple)) and g
+                                                      and all(_is_pair(p) for p in g))):
+                raise ArgumentTypeError(
+                    f"`groups[{i}]` must be a ComponentGroup (full_likelihood(model), "
+                    f"pseudo_likelihood(model, k), user_components(model, pairs)) or a "
+                    f"non-empty list of (A, B) pairs of node indices, got {g!r}")
         groups = tuple(g if isinstance(g, ComponentGroup)
                        else ComponentGroup(f"user{i}" if len(groups) > 1 else "user",
                                            tuple(tuple(map(_as_nodes, p)) for p in g))
@@ -109,6 +118,11 @@ class Policy:
                                            f"got {[v for v in lg if not 0 < v <= 1][0]}")
             if any(v < 0 for v in bg):
                 raise InvalidArgumentError(f"`weight` of group {g.name!r} must be >= 0")
+        if not any(v > 0 for bg in beta for v in bg):
+            raise InvalidArgumentError(
+                "`weight`: every component has weight 0, so the objective does not depend on "
+                "the data (nothing to estimate); give at least one component a positive "
+                "weight")
         if kind == "multinomial":
             if any(len(set(lg)) != 1 for lg in lam):
                 raise InvalidArgumentError("`select` of a multinomial policy is one "
@@ -164,12 +178,28 @@ class Policy:
         return Policy(self.groups, [list(v) for v in self.select], weight, self.kind)
 
     def label(self) -> str:
-        """Short description, e.g. ``"PL1(lam=1, beta=1) + PL2(lam=0.3, beta=1)"``."""
-        def fmt(v):
-            return f"{v[0]:.3g}" if len(set(v)) == 1 else "vec"
-        return " + ".join(f"{g.name}(lam={fmt(lg)}, beta={fmt(bg)})"
+        """Description that tells policies apart, e.g. ``"PL1(lam=1, beta=1) +
+        PL2(lam=0.3, beta=1)"``: a value shared by a group's components in its shortest
+        exact form (``0.3`` and ``0.30001`` differ), one value per component as
+        ``vec(min..max)#hash`` (the first 6 hex digits of a SHA-1 of the values, so two
+        vectors with the same range differ)."""
+        return " + ".join(f"{g.name}(lam={_fmt_values(lg)}, beta={_fmt_values(bg)})"
                           for g, lg, bg in zip(self.groups, self.select, self.weight)) + (
             "" if self.kind == "bernoulli" else f" [{self.kind}]")
+
+
+def _fmt_value(v: float) -> str:
+    """Shortest string that reads back as ``v`` (``1.0`` as ``"1"``)."""
+    text = repr(float(v))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _fmt_values(values: tuple) -> str:
+    """One value (:func:`_fmt_value`) or ``vec(min..max)#hash`` (``Policy.label``)."""
+    if len(set(values)) == 1:
+        return _fmt_value(values[0])
+    digest = hashlib.sha1(np.asarray(values, dtype=np.float64).tobytes()).hexdigest()[:6]
+    return f"vec({_fmt_value(min(values))}..{_fmt_value(max(values))})#{digest}"
 
 
 def _is_nodes(s) -> bool:

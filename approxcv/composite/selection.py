@@ -10,9 +10,15 @@ evaluated at the fold's approximate parameters, whatever components trained them
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
+
+from ..errors import ArgumentTypeError, InvalidArgumentError
+from .components import check_component_model
+from .policy import Policy
 
 __all__ = ["select_policy"]
 
@@ -22,31 +28,45 @@ def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 
                   max_steps: int = 200) -> pd.DataFrame:
     """Rank ``policies`` (a list or a ``{name: Policy}`` dict) by approximate CV.
 
-    ``seed``, ``prior_var`` and ``max_steps`` are passed to every fit (:func:`fit`).
+    ``seed``, ``prior_var`` and ``max_steps`` are passed to every fit (:func:`fit`). Every
+    policy gives one row, whatever its name: a list's policies are named by
+    :meth:`Policy.label` (which tells different policies apart), and a name given twice
+    (the same policy listed twice) gets its position appended, ``" [i]"``.
 
     Returns:
-        A DataFrame, best first, with per policy: ``cv_loss`` (mean held-out negative log-
-        likelihood per left-out sample, by ``method``), ``expected_cost`` (FLOPs of the
-        SCL and its gradient), ``fit_seconds``, ``cv_seconds``, ``n_unreliable`` (folds the
-        method did not vouch for) and, with ``check``, ``exact_loss``, ``exact_seconds``,
-        ``exact_rank``. ``df.attrs["choice"]`` is the chosen policy's name and
-        ``df.attrs["theta"]`` each policy's full-data estimate (by name), for evaluating the
-        fits elsewhere (e.g. on a test set) without refitting.
+        A DataFrame, best first, with per policy: ``policy`` (its name), ``position`` (its
+        index in ``policies``), ``cv_loss`` (mean held-out negative log-likelihood per
+        left-out sample, by ``method``), ``expected_cost`` (FLOPs of the SCL and its
+        gradient), ``fit_seconds``, ``cv_seconds``, ``n_unreliable`` (folds the method did
+        not vouch for), ``fit_converged`` (``False`` where the fit stopped early or the
+        data do not bound some parameters: ``SCLModel.fit``) and, with ``check``,
+        ``exact_loss``, ``exact_seconds``, ``exact_rank``. ``df.attrs["choice"]`` is the
+        chosen policy's name and ``df.attrs["theta"]`` each policy's full-data estimate
+        (by name), for evaluating the fits elsewhere (e.g. on a test set) without
+        refitting.
+
+    Raises:
+        InvalidArgumentError: ``policies`` is empty.
+        ArgumentTypeError: ``policies`` is not a list or dict of :class:`Policy`, or
+            ``model`` is not a component model.
     """
     import approxcv as acv
 
     from .estimator import fit
-    named = policies if isinstance(policies, dict) else {p.label(): p for p in policies}
+    check_component_model(model)
+    named = _named_policies(policies)
     rows, thetas = [], {}
-    for name, policy in named.items():
+    for position, (name, policy) in enumerate(named):
         f = fit(model, X, policy, seed=seed, prior_var=prior_var, max_steps=max_steps)
         thetas[name] = f.theta
         t = time.perf_counter()
         res = acv.cross_validate(f.model, f.data, folds, method, params=f.params,
                                  progress=False, warn=False)
-        row = {"policy": name, "cv_loss": _per_sample(res), "expected_cost": f.expected_cost,
-               "fit_seconds": f.seconds, "cv_seconds": time.perf_counter() - t,
-               "n_unreliable": int(len(res.diagnostics.get("unreliable_folds", [])))}
+        row = {"policy": name, "position": position, "cv_loss": _per_sample(res),
+               "expected_cost": f.expected_cost, "fit_seconds": f.seconds,
+               "cv_seconds": time.perf_counter() - t,
+               "n_unreliable": int(len(res.diagnostics.get("unreliable_folds", []))),
+               "fit_converged": bool((f.model.fit_result_ or {}).get("converged", True))}
         if check:
             t = time.perf_counter()
             ex = acv.cross_validate(f.model, f.data, folds, "exact", params=f.params,
@@ -59,6 +79,27 @@ def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 
     df.attrs["choice"] = df["policy"].iloc[0]
     df.attrs["theta"] = thetas
     return df
+
+
+def _named_policies(policies) -> list:
+    """``[(name, Policy)]``, one per policy, names distinct (module function docstring)."""
+    if isinstance(policies, Mapping):
+        items = [(str(k), p) for k, p in policies.items()]
+    elif isinstance(policies, (list, tuple)):
+        items = [(None, p) for p in policies]
+    else:
+        raise ArgumentTypeError(f"`policies` must be a list of Policy or a dict name -> "
+                                f"Policy, got {type(policies).__name__}")
+    if not items:
+        raise InvalidArgumentError("`policies` is empty: give at least one Policy to rank")
+    for i, (name, p) in enumerate(items):
+        if not isinstance(p, Policy):
+            raise ArgumentTypeError(f"`policies[{name if name is not None else i!r}]` must be "
+                                    f"an approxcv.composite.Policy, got {type(p).__name__}")
+    names = [p.label() if name is None else name for name, p in items]
+    counts = Counter(names)
+    names = [f"{n} [{i}]" if counts[n] > 1 else n for i, n in enumerate(names)]
+    return list(zip(names, (p for _, p in items)))
 
 
 def _per_sample(res) -> float:

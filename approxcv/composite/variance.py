@@ -37,10 +37,10 @@ import numpy as np
 
 from .._compile import jit
 from .._validate import check_choice
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NotPositiveDefiniteError
 from .policy import selection_moments
 
-__all__ = ["sandwich", "asymptotic_variance", "FORMS"]
+__all__ = ["sandwich", "asymptotic_variance", "checked_inverse", "FORMS"]
 
 FORMS = ("corrected", "paper")
 
@@ -68,7 +68,7 @@ def sandwich(model, data, params, form: str = "corrected") -> dict:
                                             problem.data, True)
     scores = -np.asarray(jac).T
     centred = scores - scores.mean(0)
-    hinv = np.linalg.inv(np.asarray(hess))
+    hinv = checked_inverse(hess, "the Hessian of the SCL objective at the estimate")
     var = hinv @ (centred.T @ centred) @ hinv
     return {"variance": 0.5 * (var + var.T), "hessian": np.asarray(hess), "scores": scores}
 
@@ -101,7 +101,7 @@ def asymptotic_variance(base, policy, theta0, form: str = "corrected") -> np.nda
     upsilon_inv = np.einsum("s,j,sjd,sje->de", p, bl, grads, grads, optimize=True)
     second = np.outer(bl, bl) + (np.outer(beta, beta) * cov if form == "corrected" else 0.0)
     sigma = np.einsum("s,ij,sid,sje->de", p, second, grads, grads, optimize=True)
-    upsilon = np.linalg.inv(upsilon_inv)
+    upsilon = checked_inverse(upsilon_inv, "Upsilon^{-1} (the expected curvature) at theta0")
     var = upsilon @ sigma @ upsilon
     return 0.5 * (var + var.T)
 
@@ -115,3 +115,34 @@ def _state_scores(model, theta, states):
 @functools.lru_cache(maxsize=32)
 def _compiled_scores(model):
     return jit(jax.jacfwd(model.component_log_probs))
+
+
+#: a curvature matrix whose smallest eigenvalue is below this fraction of its largest is
+#: treated as singular (its inverse would be round-off)
+SINGULAR_RTOL = 1e-12
+
+
+def checked_inverse(matrix, what: str) -> np.ndarray:
+    """``matrix^{-1}`` of a symmetric curvature matrix, by its eigendecomposition.
+
+    Raises:
+        NotPositiveDefiniteError: it is not finite, or not positive definite (smallest
+            eigenvalue ``<= SINGULAR_RTOL`` times the largest): some parameters are not
+            identified by the data (the message names their indices) and have no
+            finite variance.
+    """
+    m = np.asarray(matrix, dtype=np.float64)
+    if not np.all(np.isfinite(m)):
+        raise NotPositiveDefiniteError(f"{what} is not finite: no variance can be computed")
+    evals, vecs = np.linalg.eigh(0.5 * (m + m.T))
+    top = max(float(np.max(np.abs(evals))), np.finfo(float).tiny)
+    bad = evals <= SINGULAR_RTOL * top
+    if bad.any():
+        load = np.abs(vecs[:, bad])
+        idx = np.flatnonzero(np.any(load >= 0.3 * load.max(0, keepdims=True), axis=1))
+        raise NotPositiveDefiniteError(
+            f"{what} is not positive definite (smallest eigenvalue {evals[0]:.3g}, largest "
+            f"{evals[-1]:.3g}): the parameters {idx[:8].tolist()} are not identified by the "
+            "data (e.g. a node never on), so they have no finite variance; fit with a prior "
+            "(`prior_var`) or drop them from the model")
+    return (vecs / evals) @ vecs.T

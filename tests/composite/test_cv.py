@@ -62,6 +62,29 @@ def test_select_policy_ranks_like_exact_cv(bm4):
     assert cost["0.5 PL1"] == pytest.approx(cost["1.0 PL1"] / 2)
 
 
+def test_select_policy_gives_one_row_per_policy_even_when_labels_once_collided(bm4):
+    """Rows are keyed by position: lambda 0.3 against 0.30001, two per-component vectors with
+    the same range, and one policy listed twice are five rows with five names."""
+    bm, X = bm4
+    pl1 = scl.pseudo_likelihood(bm, 1)
+    vec = [0.2, 0.5, 0.7, 0.9]
+    policies = [scl.Policy(pl1, select=0.3), scl.Policy(pl1, select=0.30001),
+                scl.Policy(pl1, select=[vec]), scl.Policy(pl1, select=[vec[::-1]]),
+                scl.Policy(pl1, select=0.3)]
+    folds = acv.folds.leave_one_out(len(X)).subset(CHECKED[0])
+    df = scl.select_policy(bm, X, policies, folds, seed=1)
+    assert len(df) == 5 and df["policy"].is_unique
+    assert sorted(df["position"]) == [0, 1, 2, 3, 4]
+    by_pos = df.set_index("position")
+    assert by_pos.loc[0, "policy"] == "PL1(lam=0.3, beta=1) [0]"
+    assert by_pos.loc[4, "policy"] == "PL1(lam=0.3, beta=1) [4]"
+    assert by_pos.loc[1, "policy"] == "PL1(lam=0.30001, beta=1)"
+    # the same policy and seed give the same fit, in both of its rows
+    np.testing.assert_array_equal(by_pos.loc[0, "cv_loss"], by_pos.loc[4, "cv_loss"])
+    assert set(df.attrs["theta"]) == set(df["policy"])
+    assert df["fit_converged"].all()
+
+
 def test_beta_heuristic_minimises_the_diagonal_criterion_of_direct_scores(bm4):
     """PL1 (always) + FL (w.p. 0.3), plugged in at theta = THETA4 with the realised draws:
     a_gl and Q_l from the analytic PL1 scores and the FL scores T(x) - E T (NumPy), J

@@ -63,3 +63,15 @@ def test_a_left_out_sample_takes_its_draw_with_it(bm4):
     a = X[3] @ (W + W.T)
     own = model.selections(len(X))[3] @ (X[3] * a - np.logaddexp(0.0, a))
     np.testing.assert_allclose(float(drop), -own, rtol=1e-12)
+
+
+def test_labels_tell_policies_apart(bm):
+    pl1 = scl.pseudo_likelihood(bm, 1)
+    vec = [0.2, 0.5, 0.7, 0.9]
+    labels = [scl.Policy(pl1, select=v).label() for v in (0.3, 0.30001, [vec], [vec[::-1]])]
+    assert len(set(labels)) == 4
+    assert labels[0] == "PL1(lam=0.3, beta=1)"
+    assert labels[1] == "PL1(lam=0.30001, beta=1)"
+    assert labels[2].startswith("PL1(lam=vec(0.2..0.9)#") and labels[2] != labels[3]
+    # the label is a function of the values: equal policies, equal labels
+    assert scl.Policy(pl1, select=[vec]).label() == labels[2]
