@@ -265,6 +265,17 @@ def _run_arrays(plan: EliminationPlan, g: int, runs: list, run_of: list, n_state
             root)
 
 
+def _edge_factors(pairwise, e_ids):
+    """``pairwise (E, K, K)`` rows ``e_ids`` flattened to ``(a, K^2)``, zeros for the padding
+    id ``E``: a gather that fills out of range, not a zero row appended to ``pairwise``.
+    (Appending one — ``concatenate`` or ``pad`` of the reshaped argument — compiles on XLA
+    CPU into a pad kernel on which LLVM's loop vectoriser crashes the process, SIGSEGV in
+    ``preparePlanForEpilogueVectorLoop``, for some edge counts: K = 2 and E = 36, 92, 120,
+    180 (a 10 x 10 lattice), 264 (12 x 12), ...)"""
+    flat = pairwise.reshape(pairwise.shape[0], -1)
+    return jnp.take(flat, e_ids, axis=0, mode="fill", fill_value=0.0)
+
+
 @functools.partial(jit, static_argnums=0)
 def log_partition(plan: EliminationPlan, unary, pairwise):
     """``log Z = log sum_z exp(sum_t unary[t, z_t] + sum_e pairwise[e, z_s, z_t])`` by the
@@ -290,8 +301,6 @@ def log_partition(plan: EliminationPlan, unary, pairwise):
                                            + sum(m.shape[0] * m.shape[1] for m in a[5]))
                       for (_, _, r), a in zip(runs, arrays))
     precomputed = index_bytes <= INDEX_BYTES
-    pair_flat = jnp.concatenate([pairwise.reshape(len(plan.edges), -1),
-                                 jnp.zeros((1, n_states ** 2), unary.dtype)])
     buffers, log_z = [], jnp.zeros((), unary.dtype)
     for g, (start, stop, r) in enumerate(runs):
         configs = np.indices((n_states,) * r).reshape(r, -1).T.astype(np.int32)  # (K^r, r)
@@ -304,7 +313,8 @@ def log_partition(plan: EliminationPlan, unary, pairwise):
             if not precomputed:                         # strides -> indices, in the step
                 e_index, m_index = e_index @ configs.T, [i @ configs.T for i in m_index]
             total = unary[v][configs[:, -1]]
-            total = total + jnp.sum(jnp.take_along_axis(pair_flat[e_ids], e_index, 1), 0)
+            total = total + jnp.sum(jnp.take_along_axis(_edge_factors(pairwise, e_ids),
+                                                        e_index, 1), 0)
             for buf, ids, index in zip(done + (msgs,), m_ids, m_index):
                 total = total + jnp.sum(jnp.take_along_axis(buf[ids], index, 1), 0)
             new = logsumexp(total.reshape(-1, n_states), axis=-1)

@@ -144,3 +144,76 @@ def test_pgmpy_agrees_on_a_small_markov_network():
     z_pgmpy = ve.query(["z0"], elimination_order="MinFill", show_progress=False).values.sum()
     got = el.log_partition(el.build_plan(N, EDGES), jnp.asarray(unary), jnp.asarray(pairwise))
     np.testing.assert_allclose(float(got), np.log(z_pgmpy), rtol=1e-11)
+
+
+def _lattice(rows, cols):
+    """Edges of a rows x cols lattice, row-major node ids, as HiddenPotts builds them."""
+    edges = []
+    for s in range(rows * cols):
+        r, c = divmod(s, cols)
+        edges += ([(s, s + 1)] if c < cols - 1 else []) + ([(s, s + cols)] if r < rows - 1 else [])
+    return edges
+
+
+def _lattice_log_z(unary, pairwise, rows, cols):
+    """``log Z`` of a lattice field by the row transfer matrix (``K^cols`` row states)."""
+    k = unary.shape[1]
+    states = np.array(list(itertools.product(range(k), repeat=cols)))     # (S, cols)
+    pw = {e: pairwise[i] for i, e in enumerate(_lattice(rows, cols))}
+
+    def row_energy(r):
+        ids = r * cols + np.arange(cols)
+        out = unary[ids, states].sum(1)
+        for c in range(cols - 1):
+            out = out + pw[(ids[c], ids[c] + 1)][states[:, c], states[:, c + 1]]
+        return out
+    alpha = row_energy(0)
+    for r in range(1, rows):
+        between = sum(pw[(r * cols - cols + c, r * cols + c)][states[:, None, c],
+                                                              states[None, :, c]]
+                      for c in range(cols))                              # (S, S)
+        alpha = logsumexp(alpha[:, None] + between, axis=0) + row_energy(r)
+    return float(logsumexp(alpha))
+
+
+_LATTICE_SCRIPT = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+from approxcv.inference import elimination as el
+data = np.load(sys.argv[1])
+edges = [tuple(e) for e in data["edges"]]
+plan = el.build_plan(int(data["n"]), edges, el.min_fill_order(int(data["n"]), edges))
+unary, pairwise = jnp.asarray(data["unary"]), jnp.asarray(data["pairwise"])
+post = el.site_marginals(plan, unary, pairwise)        # the pairwise tensor a jit argument
+print(repr(float(el.log_partition(plan, unary, pairwise))), repr(float(post.log_normalizer)),
+      repr(float(np.abs(np.asarray(post.marginals).sum(1) - 1).max())))
+"""
+
+
+def test_lattice_with_a_crashing_edge_count_compiles_and_matches_transfer_matrix(tmp_path):
+    """A 10 x 10 lattice with K = 2 (180 edges) killed the process: appending a zero row to
+    the pairwise argument compiled to a pad kernel that crashes LLVM's loop vectoriser.
+    Run in a subprocess (a crash fails the test instead of killing pytest), without the
+    compilation cache (a cached program would skip the compilation that crashed)."""
+    import os
+    import subprocess
+    import sys
+    rows = cols = 10
+    edges = _lattice(rows, cols)
+    assert len(edges) == 180
+    rng = np.random.default_rng(11)
+    unary, pairwise = rng.normal(size=(rows * cols, 2)), 0.5 * rng.normal(size=(180, 2, 2))
+    np.savez(tmp_path / "field.npz", edges=np.array(edges), n=rows * cols, unary=unary,
+             pairwise=pairwise)
+    import approxcv                        # the subprocess imports the same package
+    root = os.path.dirname(os.path.dirname(approxcv.__file__))
+    env = dict(os.environ, APPROXCV_NO_COMPILATION_CACHE="1",
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", _LATTICE_SCRIPT, str(tmp_path / "field.npz")],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    log_z, log_z_grad, marg_err = (float(v) for v in out.stdout.split()[-3:])
+    want = _lattice_log_z(unary, pairwise, rows, cols)
+    np.testing.assert_allclose([log_z, log_z_grad], want, rtol=1e-12)
+    assert marg_err < 1e-12
