@@ -6,12 +6,13 @@ Pure functions on log-potentials and weights, no model imports (cf. :mod:`.chain
     log Z = log sum_z exp( sum_t u_t(z_t) + sum_{(s,t)} P_st(z_s, z_t) )
 
 with unary log-potentials ``u (n, K)`` and pairwise ones ``P (E, K, K)`` (row: the edge's
-first node). :func:`build_plan` chooses an elimination order by min-fill (Koller and
-Friedman 2009, §9.4.3) and records, once per graph, which factors each elimination step
-combines; :func:`log_partition` runs that fixed plan: for each eliminated variable ``v``
-the factors touching ``v`` are gathered onto the configurations of their union scope
-``S + {v}`` and summed, and ``v`` is summed out by one ``logsumexp`` — a log-space
-contraction that never leaves log space, so it cannot under- or overflow. The plan is a
+first node). :func:`build_plan` chooses the narrowest of several elimination orders
+(:func:`narrowest_order`: min-fill and min-degree, Koller and Friedman 2009, §9.4.3, the
+nodes' own order and reverse Cuthill-McKee) and records, once per graph, which factors
+each elimination step combines; :func:`log_partition` runs that fixed plan: for each
+eliminated variable ``v`` the factors touching ``v`` are gathered onto the
+configurations of their union scope ``S + {v}`` and summed, and ``v`` is summed out by
+one ``logsumexp`` — a log-space contraction that never leaves log space, so it cannot under- or overflow. The plan is a
 hashable NamedTuple of tuples, a static argument of the ``jit``-compiled kernels. The steps
 run as at most three ``lax.scan``s (:func:`segments`) on fixed shapes, so the compiled
 program does not grow with the graph (an unrolled plan, one contraction per step, ran
@@ -21,8 +22,11 @@ folds.
 
 The *induced width* of the order is the largest number of neighbours a variable has when
 it is eliminated; the largest intermediate tensor has ``K ** (width + 1)`` entries.
-:func:`check_memory` raises :class:`~approxcv.errors.GraphTooWideError` naming the width,
-the state count and the bytes it would need when that exceeds a limit.
+:func:`plan_bytes` counts every allocation of a plan (indices, buffers, a step's arrays,
+and the scans' residuals when differentiated); :func:`check_memory` raises
+:class:`~approxcv.errors.GraphTooWideError` naming the width, the state count and the bytes
+when they exceed a limit, and :func:`plan_within` refuses a graph too wide before building
+whole orders (each order stops once it is wider than :func:`width_cap`).
 
 Weighted marginal likelihood of a hidden MRF (structured-CV paper, eq. 4-5): latent field
 ``p(z) ∝ exp(sum_t h_t(z_t) + sum_e P_e)``, emissions ``l_t(k) = log p(x_t | z_t = k)``:
@@ -57,7 +61,8 @@ from .._compile import jit
 
 __all__ = ["EliminationPlan", "build_plan", "min_fill_order", "min_degree_order",
            "bandwidth_order", "degeneracy", "narrowest_order", "induced_width", "width_cap",
-           "plan_bytes", "check_memory", "plan_within", "log_partition", "site_marginals", "SiteMarginals",
+           "plan_bytes", "check_memory", "plan_within", "log_partition", "site_marginals",
+           "SiteMarginals",
            "weighted_potentials", "weighted_log_marginal", "heldout_losses",
            "DEFAULT_MAX_BYTES"]
 
@@ -437,8 +442,8 @@ def plan_bytes(plan: EliminationPlan, n_states: int, differentiate: bool = True)
       temporaries, ``8 (a + 4) K^r``, with ``S`` steps, ``a`` factors a step, ``r`` slots;
     * with ``differentiate`` (reverse mode, as for the site marginals and every gradient):
       what the scans keep for the backward pass, ``8 (a + 3) S K^r`` a run (a step's
-      gathered factors, their sum and its softmax) plus the indices of each step when they are computed in the
-      step, and cotangents of the buffers and a step's arrays.
+      gathered factors, their sum and its softmax) plus the indices of each step when they
+      are computed in the step, and cotangents of the buffers and a step's arrays.
 
     ``tests/inference/test_elimination.py`` checks it against the allocations measured
     (NumPy's at trace time and XLA's buffer assignment) on small graphs.
