@@ -12,8 +12,9 @@ nodes' own order and reverse Cuthill-McKee) and records, once per graph, which f
 each elimination step combines; :func:`log_partition` runs that fixed plan: for each
 eliminated variable ``v`` the factors touching ``v`` are gathered onto the
 configurations of their union scope ``S + {v}`` and summed, and ``v`` is summed out by
-one ``logsumexp`` — a log-space contraction that never leaves log space, so it cannot under- or overflow. The plan is a
-hashable NamedTuple of tuples, a static argument of the ``jit``-compiled kernels. The steps
+one ``logsumexp`` — a log-space contraction that never leaves log space, so it cannot
+under- or overflow. The plan is a hashable NamedTuple of tuples, a static argument of the
+``jit``-compiled kernels. The steps
 run as at most three ``lax.scan``s (:func:`segments`) on fixed shapes, so the compiled
 program does not grow with the graph (an unrolled plan, one contraction per step, ran
 5x faster on the 100-county SIDS graph but took 26 s to compile its Hessian); the run is
