@@ -6,13 +6,15 @@ Pure functions on log-potentials and weights, no model imports (cf. :mod:`.chain
     log Z = log sum_z exp( sum_t u_t(z_t) + sum_{(s,t)} P_st(z_s, z_t) )
 
 with unary log-potentials ``u (n, K)`` and pairwise ones ``P (E, K, K)`` (row: the edge's
-first node). :func:`build_plan` chooses an elimination order by min-fill (Koller and
-Friedman 2009, §9.4.3) and records, once per graph, which factors each elimination step
-combines; :func:`log_partition` runs that fixed plan: for each eliminated variable ``v``
-the factors touching ``v`` are gathered onto the configurations of their union scope
-``S + {v}`` and summed, and ``v`` is summed out by one ``logsumexp`` — a log-space
-contraction that never leaves log space, so it cannot under- or overflow. The plan is a
-hashable NamedTuple of tuples, a static argument of the ``jit``-compiled kernels. The steps
+first node). :func:`build_plan` chooses the narrowest of several elimination orders
+(:func:`narrowest_order`: min-fill and min-degree, Koller and Friedman 2009, §9.4.3, the
+nodes' own order and reverse Cuthill-McKee) and records, once per graph, which factors
+each elimination step combines; :func:`log_partition` runs that fixed plan: for each
+eliminated variable ``v`` the factors touching ``v`` are gathered onto the
+configurations of their union scope ``S + {v}`` and summed, and ``v`` is summed out by
+one ``logsumexp`` — a log-space contraction that never leaves log space, so it cannot
+under- or overflow. The plan is a hashable NamedTuple of tuples, a static argument of the
+``jit``-compiled kernels. The steps
 run as at most three ``lax.scan``s (:func:`segments`) on fixed shapes, so the compiled
 program does not grow with the graph (an unrolled plan, one contraction per step, ran
 5x faster on the 100-county SIDS graph but took 26 s to compile its Hessian); the run is
@@ -21,8 +23,11 @@ folds.
 
 The *induced width* of the order is the largest number of neighbours a variable has when
 it is eliminated; the largest intermediate tensor has ``K ** (width + 1)`` entries.
-:func:`check_memory` raises :class:`~approxcv.errors.GraphTooWideError` naming the width,
-the state count and the bytes it would need when that exceeds a limit.
+:func:`plan_bytes` counts every allocation of a plan (indices, buffers, a step's arrays,
+and the scans' residuals when differentiated); :func:`check_memory` raises
+:class:`~approxcv.errors.GraphTooWideError` naming the width, the state count and the bytes
+when they exceed a limit, and :func:`plan_within` refuses a graph too wide before building
+whole orders (each order stops once it is wider than :func:`width_cap`).
 
 Weighted marginal likelihood of a hidden MRF (structured-CV paper, eq. 4-5): latent field
 ``p(z) ∝ exp(sum_t h_t(z_t) + sum_e P_e)``, emissions ``l_t(k) = log p(x_t | z_t = k)``:
@@ -43,6 +48,7 @@ Weighted marginal likelihood of a hidden MRF (structured-CV paper, eq. 4-5): lat
 from __future__ import annotations
 
 import functools
+import heapq
 from typing import NamedTuple
 
 import jax
@@ -50,10 +56,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import logsumexp
+from scipy import sparse
+from scipy.sparse.csgraph import reverse_cuthill_mckee
 from .._compile import jit
 
-__all__ = ["EliminationPlan", "build_plan", "min_fill_order", "induced_width",
-           "check_memory", "log_partition", "site_marginals", "SiteMarginals",
+__all__ = ["EliminationPlan", "build_plan", "min_fill_order", "min_degree_order",
+           "bandwidth_order", "degeneracy", "narrowest_order", "induced_width", "width_cap",
+           "plan_bytes", "check_memory", "plan_within", "log_partition", "site_marginals",
+           "SiteMarginals",
            "weighted_potentials", "weighted_log_marginal", "heldout_losses",
            "DEFAULT_MAX_BYTES"]
 
@@ -91,36 +101,165 @@ def _neighbour_sets(n_nodes, edges):
     return nbrs
 
 
-def min_fill_order(n_nodes: int, edges) -> tuple:
+def _eliminate(nbrs, v):
+    """Eliminate ``v`` from the neighbour sets (in place): connect its neighbours."""
+    nb = nbrs[v]
+    for a in nb:
+        nbrs[a] |= nb
+        nbrs[a].discard(a)
+        nbrs[a].discard(v)
+    nbrs[v] = set()
+
+
+def _fill(nbrs, v):
+    nb = sorted(nbrs[v])
+    return sum(1 for i, a in enumerate(nb) for b in nb[i + 1:] if b not in nbrs[a])
+
+
+def min_fill_order(n_nodes: int, edges, max_width: int | None = None):
     """Greedy min-fill elimination order: repeatedly eliminate the node whose neighbours
     need the fewest fill-in edges to become a clique (ties: fewest neighbours, then the
-    lowest index), connecting its neighbours. Deterministic; ``O(n^2 d^2)``."""
+    lowest index), connecting its neighbours. Deterministic. The fill counts are kept up
+    to date incrementally (a heap with stale entries skipped): eliminating ``v`` changes
+    the counts of its neighbours and of the common neighbours of each new edge.
+
+    ``max_width``: give up — return ``None`` — as soon as a node with more neighbours is
+    eliminated (the order's width would exceed it), so a graph too wide costs only the
+    steps up to that point.
+    """
     nbrs = _neighbour_sets(n_nodes, edges)
-    remaining, order = set(range(n_nodes)), []
-    while remaining:
-        def cost(v):
-            nb = sorted(nbrs[v])
-            fill = sum(1 for i, a in enumerate(nb) for b in nb[i + 1:] if b not in nbrs[a])
-            return fill, len(nb), v
-        v = min(remaining, key=cost)
-        for a in nbrs[v]:
-            nbrs[a] |= nbrs[v] - {a}
-            nbrs[a].discard(v)
-        remaining.discard(v)
+    fill = [_fill(nbrs, v) for v in range(n_nodes)]
+    heap = [(fill[v], len(nbrs[v]), v) for v in range(n_nodes)]
+    heapq.heapify(heap)
+    done, order = [False] * n_nodes, []
+    while heap:
+        f, d, v = heapq.heappop(heap)
+        if done[v] or (f, d) != (fill[v], len(nbrs[v])):
+            continue                                    # a stale entry
+        if max_width is not None and d > max_width:
+            return None
+        touched = set(nbrs[v])
+        for a, b in _new_edges(nbrs, v):
+            for c in nbrs[a] & nbrs[b]:                 # a, b now adjacent: one fill less
+                if c != v and not done[c] and c not in touched:
+                    fill[c] -= 1
+                    heapq.heappush(heap, (fill[c], len(nbrs[c]), c))
+        _eliminate(nbrs, v)
+        done[v] = True
         order.append(v)
+        for a in touched:
+            fill[a] = _fill(nbrs, a)
+            heapq.heappush(heap, (fill[a], len(nbrs[a]), a))
     return tuple(order)
 
 
-def induced_width(n_nodes: int, edges, order) -> int:
-    """Largest number of (remaining) neighbours of a node when ``order`` eliminates it."""
+def _new_edges(nbrs, v):
+    nb = sorted(nbrs[v])
+    return [(a, b) for i, a in enumerate(nb) for b in nb[i + 1:] if b not in nbrs[a]]
+
+
+def min_degree_order(n_nodes: int, edges, max_width: int | None = None):
+    """Greedy min-degree elimination order (ties: the lowest index); ``None`` once its
+    width would exceed ``max_width`` (cf. :func:`min_fill_order`)."""
+    nbrs = _neighbour_sets(n_nodes, edges)
+    heap = [(len(nbrs[v]), v) for v in range(n_nodes)]
+    heapq.heapify(heap)
+    done, order = [False] * n_nodes, []
+    while heap:
+        d, v = heapq.heappop(heap)
+        if done[v] or d != len(nbrs[v]):
+            continue
+        if max_width is not None and d > max_width:
+            return None
+        touched = set(nbrs[v])
+        _eliminate(nbrs, v)
+        done[v] = True
+        order.append(v)
+        for a in touched:
+            heapq.heappush(heap, (len(nbrs[a]), a))
+    return tuple(order)
+
+
+def bandwidth_order(n_nodes: int, edges) -> tuple:
+    """Reverse Cuthill-McKee order (``scipy.sparse.csgraph``): a sweep along the graph whose
+    frontier — and so its induced width — is at most the bandwidth (on a lattice, a sweep
+    across it, where the greedy orders fill in diagonally)."""
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    adj = sparse.coo_matrix((np.ones(2 * len(edges)), (np.r_[edges[:, 0], edges[:, 1]],
+                                                       np.r_[edges[:, 1], edges[:, 0]])),
+                            shape=(n_nodes, n_nodes)).tocsr()
+    return tuple(int(v) for v in reverse_cuthill_mckee(adj, symmetric_mode=True))
+
+
+def degeneracy(n_nodes: int, edges) -> int:
+    """The graph's degeneracy ``max_H min_v deg_H(v)`` over its subgraphs: a lower bound on
+    the induced width of every elimination order (the first node of a subgraph ``H`` to be
+    eliminated has at least ``min deg_H`` neighbours left). ``O(E log n)``."""
+    nbrs = _neighbour_sets(n_nodes, edges)
+    deg = [len(x) for x in nbrs]
+    heap = [(d, v) for v, d in enumerate(deg)]
+    heapq.heapify(heap)
+    done, best = [False] * n_nodes, 0
+    while heap:
+        d, v = heapq.heappop(heap)
+        if done[v] or d != deg[v]:
+            continue
+        best = max(best, d)
+        done[v] = True
+        for a in nbrs[v]:
+            if not done[a]:
+                deg[a] -= 1
+                heapq.heappush(heap, (deg[a], a))
+    return best
+
+
+def induced_width(n_nodes: int, edges, order, max_width: int | None = None) -> int:
+    """Largest number of (remaining) neighbours of a node when ``order`` eliminates it;
+    stops at the first node above ``max_width`` (and returns its count)."""
     nbrs = _neighbour_sets(n_nodes, edges)
     width = 0
     for v in order:
         width = max(width, len(nbrs[v]))
-        for a in nbrs[v]:
-            nbrs[a] |= nbrs[v] - {a}
-            nbrs[a].discard(v)
+        if max_width is not None and width > max_width:
+            return width
+        _eliminate(nbrs, v)
     return width
+
+
+def narrowest_order(n_nodes: int, edges, max_width: int | None = None):
+    """The narrowest of several elimination orders — min-fill, min-degree, the nodes'
+    own order (a lattice numbered row by row: a row-major sweep) and reverse Cuthill-McKee
+    — as ``(order, width)``; ties keep the first. Greedy orders are not always narrowest:
+    on a 20 x 20 lattice min-fill has width 29 and a row-major sweep 20.
+
+    ``max_width``: orders wider than it are abandoned as soon as that shows (each
+    heuristic stops early), and ``(None, w)`` is returned when none fits, ``w`` a lower
+    bound on the width of the narrowest of them, at least :func:`degeneracy` (checked
+    first: a dense graph is refused without ordering it).
+    """
+    edges = tuple((int(s), int(t)) for s, t in edges)
+    if max_width is not None:
+        low = degeneracy(n_nodes, edges)
+        if low > max_width:
+            return None, low
+    best, best_width = None, None
+    cap = max_width
+    for make in (lambda: min_fill_order(n_nodes, edges, cap),
+                 lambda: min_degree_order(n_nodes, edges, cap),
+                 lambda: tuple(range(n_nodes)),
+                 lambda: bandwidth_order(n_nodes, edges)):
+        order = make()
+        if order is None:
+            continue
+        width = induced_width(n_nodes, edges, order, cap)
+        if cap is not None and width > cap:
+            continue
+        if best_width is None or width < best_width:
+            best, best_width = order, width
+            cap = width if cap is None else min(cap, width)
+    if best is None:
+        return None, max_width + 1
+    return best, best_width
 
 
 def build_plan(n_nodes: int, edges, order=None) -> EliminationPlan:
@@ -130,13 +269,15 @@ def build_plan(n_nodes: int, edges, order=None) -> EliminationPlan:
         n_nodes: number of nodes ``n``.
         edges: pairs ``(s, t)``, ``s != t``, each once; ``pairwise[e]`` of
             :func:`log_partition` is indexed ``[z_s, z_t]``.
-        order: a permutation of ``range(n)``; default :func:`min_fill_order`.
+        order: a permutation of ``range(n)``; default the narrowest of several
+            orders (:func:`narrowest_order`).
 
     Raises:
         ValueError: ``order`` is not a permutation of the nodes.
     """
     edges = tuple((int(s), int(t)) for s, t in edges)
-    order = min_fill_order(n_nodes, edges) if order is None else tuple(int(v) for v in order)
+    order = (narrowest_order(n_nodes, edges)[0] if order is None
+             else tuple(int(v) for v in order))
     if sorted(order) != list(range(n_nodes)):
         raise ValueError(f"`order` must be a permutation of range({n_nodes}), got {order}")
     live_edges, live_msgs, scopes, e_ids, m_ids = set(range(len(edges))), set(), [], [], []
@@ -211,20 +352,6 @@ def segments(plan: EliminationPlan, n_states: int, max_runs: int = 3) -> list:
     return runs[::-1]
 
 
-def check_memory(plan: EliminationPlan, n_states: int, max_bytes: float = DEFAULT_MAX_BYTES):
-    """Bytes of the largest factor, ``8 K^(width + 1)``; raise
-    :class:`~approxcv.errors.GraphTooWideError` (naming width, ``K`` and bytes) above
-    ``max_bytes``."""
-    from ..errors import GraphTooWideError
-    need = 8.0 * float(n_states) ** (plan.width + 1)
-    if need > max_bytes:
-        raise GraphTooWideError(
-            f"the graph is too wide for exact elimination: induced width {plan.width} with "
-            f"{n_states} states needs a factor of {n_states}^{plan.width + 1} entries "
-            f"({need / 2 ** 20:.4g} MiB), above the limit of {max_bytes / 2 ** 20:.4g} MiB")
-    return need
-
-
 def _run_arrays(plan: EliminationPlan, g: int, runs: list, run_of: list, n_states: int,
                 rows: tuple, n_rows: tuple):
     """Per-step arrays of run ``g`` on ``r`` union slots (the step's scope first, its
@@ -265,6 +392,141 @@ def _run_arrays(plan: EliminationPlan, g: int, runs: list, run_of: list, n_state
             root)
 
 
+class _Layout(NamedTuple):
+    """How :func:`log_partition` runs a plan for ``K`` states: runs ``(start, stop, r)``,
+    the run of each step, message rows and buffer rows, per-run arrays
+    (:func:`_run_arrays`), the factors a step of each run gathers (``a_tot``) and whether
+    the gather indices are precomputed."""
+    runs: list
+    run_of: list
+    rows: tuple
+    n_rows: tuple
+    arrays: list
+    a_tot: list
+    precomputed: bool
+
+
+def _layout(plan: EliminationPlan, n_states: int) -> _Layout:
+    runs = segments(plan, n_states)
+    run_of = [g for g, (start, stop, _) in enumerate(runs) for _ in range(start, stop)]
+    rows, n_rows = message_slots(plan, run_of)
+    arrays = [_run_arrays(plan, g, runs, run_of, n_states, rows, n_rows)
+              for g in range(len(runs))]
+    a_tot = [a[3].shape[1] + sum(m.shape[1] for m in a[5]) for a in arrays]
+    index_bytes = sum(4.0 * (stop - start) * n * float(n_states) ** r
+                      for (start, stop, r), n in zip(runs, a_tot))
+    return _Layout(runs, run_of, rows, n_rows, arrays, a_tot, index_bytes <= INDEX_BYTES)
+
+
+def _gather_index(strides, n_states: int, r: int, xp=np):
+    """Flat indices ``(..., K^r)`` of factors into the ``K^r`` configurations of ``r``
+    slots, ``index[c] = sum_j strides[..., j] digit_j(c)``, ``digit_j(c) = (c // K^(r - 1 -
+    j)) mod K``: accumulated one slot at a time (never an ``(r, K^r)`` table of
+    configurations; ``xp`` NumPy at trace time or ``jax.numpy`` in a step)."""
+    c = xp.arange(n_states ** r, dtype=np.int32)
+    index = xp.zeros(strides.shape[:-1] + (n_states ** r,), np.int32)
+    for j in range(r):
+        digit = (c // n_states ** (r - 1 - j)) % n_states
+        index = index + strides[..., j, None] * digit
+    return index
+
+
+def plan_bytes(plan: EliminationPlan, n_states: int, differentiate: bool = True) -> float:
+    """Bytes that :func:`log_partition` allocates to run ``plan`` with ``K = n_states``
+    (one elimination; a ``vmap`` over folds multiplies the working part), counting:
+
+    * the gather indices precomputed at trace time, ``4 sum_runs S a K^r`` (the NumPy
+      array and its copy as a program constant), or else those a step computes, ``4 a
+      K^r``, with the slot digits;
+    * the message buffers of every run, ``8 (rows + 1) K^(r - 1)``;
+    * a step's working arrays: the gathered factors, their sum and the ``logsumexp``
+      temporaries, ``8 (a + 4) K^r``, with ``S`` steps, ``a`` factors a step, ``r`` slots;
+    * with ``differentiate`` (reverse mode, as for the site marginals and every gradient):
+      what the scans keep for the backward pass, ``8 (a + 3) S K^r`` a run (a step's
+      gathered factors, their sum and its softmax) plus the indices of each step when they
+      are computed in the step, and cotangents of the buffers and a step's arrays.
+
+    ``tests/inference/test_elimination.py`` checks it against the allocations measured
+    (NumPy's at trace time and XLA's buffer assignment) on small graphs.
+    """
+    lay = _layout(plan, n_states)
+    k = float(n_states)
+    index = sum(2 * 4.0 * (stop - start) * a * k ** r
+                for (start, stop, r), a in zip(lay.runs, lay.a_tot)) if lay.precomputed else 0
+    buffers = sum(8.0 * (rows + 1) * k ** (r - 1) for (_, _, r), rows in zip(lay.runs,
+                                                                            lay.n_rows))
+    step = max([8.0 * (a + 4) * k ** r + (0 if lay.precomputed else 4.0 * (a + 3) * k ** r)
+                for (_, _, r), a in zip(lay.runs, lay.a_tot)] + [0.0])
+    total = index + buffers + step
+    if differentiate:
+        saved = sum(8.0 * (a + 3) * (stop - start) * k ** r
+                    + (0 if lay.precomputed else 4.0 * (stop - start) * a * k ** r)
+                    for (start, stop, r), a in zip(lay.runs, lay.a_tot))
+        total += saved + buffers + step
+    return total + 8.0 * len(plan.edges) * k * k * (2 if differentiate else 1)
+
+
+def width_cap(n_states: int, max_bytes: float) -> int:
+    """The largest induced width whose largest factor, ``8 K^(width + 1)`` bytes, fits in
+    ``max_bytes`` (every plan within ``max_bytes`` is at most this wide)."""
+    width = 0
+    while 8.0 * float(n_states) ** (width + 2) <= max_bytes and width < 10 ** 6:
+        width += 1
+    return width
+
+
+def _too_wide(width_text: str, n_states: int, need: float, max_bytes: float, what: str):
+    from ..errors import GraphTooWideError
+    return GraphTooWideError(
+        f"the graph is too wide for exact elimination: {width_text} with {n_states} states "
+        f"needs {need / 2 ** 20:.4g} MiB ({what}), above the limit of "
+        f"{max_bytes / 2 ** 20:.4g} MiB (`max_bytes`); use fewer states or a sparser graph, "
+        "or raise `max_bytes` if the memory is there")
+
+
+def check_memory(plan: EliminationPlan, n_states: int, max_bytes: float = DEFAULT_MAX_BYTES,
+                 differentiate: bool = True) -> float:
+    """:func:`plan_bytes` of the plan; raise :class:`~approxcv.errors.GraphTooWideError`
+    (naming the width, ``K`` and the bytes) above ``max_bytes``, before anything is
+    allocated."""
+    need = plan_bytes(plan, n_states, differentiate)
+    if need > max_bytes:
+        raise _too_wide(f"induced width {plan.width}", n_states, need, max_bytes,
+                        f"the whole plan{', with gradients,' if differentiate else ''} "
+                        f"whose largest factor has {n_states}^{plan.width + 1} entries")
+    return need
+
+
+def plan_within(n_nodes: int, edges, n_states: int, max_bytes: float = DEFAULT_MAX_BYTES,
+                differentiate: bool = True) -> EliminationPlan:
+    """The plan of the narrowest order (:func:`narrowest_order`) if it fits in
+    ``max_bytes`` (:func:`check_memory`), else :class:`~approxcv.errors.GraphTooWideError`.
+    Orders are abandoned as soon as their width exceeds :func:`width_cap`, so a graph far
+    too wide is refused in the time of a few elimination steps, not of whole orders."""
+    edges = tuple((int(s), int(t)) for s, t in edges)
+    cap = width_cap(n_states, max_bytes)
+    order, width = narrowest_order(n_nodes, edges, cap)
+    if order is None:
+        raise _too_wide(f"induced width {width}", n_states,
+                        8.0 * float(n_states) ** (width + 1), max_bytes,
+                        f"for one factor of {n_states}^{width + 1} entries; every elimination "
+                        f"order tried is at least {width} wide")
+    plan = build_plan(n_nodes, edges, order)
+    check_memory(plan, n_states, max_bytes, differentiate)
+    return plan
+
+
+def _edge_factors(pairwise, e_ids):
+    """``pairwise (E, K, K)`` rows ``e_ids`` flattened to ``(a, K^2)``, zeros for the padding
+    id ``E``: a gather that fills out of range, not a zero row appended to ``pairwise``.
+    (Appending one — ``concatenate`` or ``pad`` of the reshaped argument — compiles on XLA
+    CPU into a pad kernel on which LLVM's loop vectoriser crashes the process, SIGSEGV in
+    ``preparePlanForEpilogueVectorLoop``, for some edge counts: K = 2 and E = 36, 92, 120,
+    180 (a 10 x 10 lattice), 264 (12 x 12), ...)"""
+    flat = pairwise.reshape(pairwise.shape[0], -1)
+    return jnp.take(flat, e_ids, axis=0, mode="fill", fill_value=0.0)
+
+
 @functools.partial(jit, static_argnums=0)
 def log_partition(plan: EliminationPlan, unary, pairwise):
     """``log Z = log sum_z exp(sum_t unary[t, z_t] + sum_e pairwise[e, z_s, z_t])`` by the
@@ -272,7 +534,7 @@ def log_partition(plan: EliminationPlan, unary, pairwise):
 
     A few ``lax.scan``s over runs of steps (:func:`segments`; the program does not grow
     with the graph): step ``s`` gathers its factors onto the ``K^r`` configurations of
-    its union scope (``index = configs @ strides``), sums them and ``logsumexp``s out
+    its union scope (:func:`_gather_index`), sums them and ``logsumexp``s out
     the last slot, ``m_s(z_scope) = log sum_{z_v} exp(u_v(z_v) + sum_e P_e(z) + sum_m
     m_m(z))``; ``log Z`` is the sum of the scalar messages (one per connected component).
     Each run writes its messages into its own buffer (rows of ``K^(r - 1)``); later runs
@@ -281,41 +543,33 @@ def log_partition(plan: EliminationPlan, unary, pairwise):
     SIDS graph, ``K`` = 2 or 3), else in each step from the strides.
     """
     n_states = unary.shape[1]
-    runs = segments(plan, n_states)
-    run_of = [g for g, (start, stop, _) in enumerate(runs) for _ in range(start, stop)]
-    rows, n_rows = message_slots(plan, run_of)
-    arrays = [_run_arrays(plan, g, runs, run_of, n_states, rows, n_rows)
-              for g in range(len(runs))]
-    index_bytes = sum(4 * n_states ** r * (a[3].shape[0] * a[3].shape[1]
-                                           + sum(m.shape[0] * m.shape[1] for m in a[5]))
-                      for (_, _, r), a in zip(runs, arrays))
-    precomputed = index_bytes <= INDEX_BYTES
-    pair_flat = jnp.concatenate([pairwise.reshape(len(plan.edges), -1),
-                                 jnp.zeros((1, n_states ** 2), unary.dtype)])
+    lay = _layout(plan, n_states)
     buffers, log_z = [], jnp.zeros((), unary.dtype)
-    for g, (start, stop, r) in enumerate(runs):
-        configs = np.indices((n_states,) * r).reshape(r, -1).T.astype(np.int32)  # (K^r, r)
+    for g, (start, stop, r) in enumerate(lay.runs):
         done = tuple(buffers)
 
-        def _step(carry, x, configs=configs, done=done):
+        def _step(carry, x, r=r, done=done):
             """Sum the factors of one elimination on its union scope; sum out the variable."""
             msgs, log_z = carry
             v, row, e_ids, e_index, m_ids, m_index, root = x
-            if not precomputed:                         # strides -> indices, in the step
-                e_index, m_index = e_index @ configs.T, [i @ configs.T for i in m_index]
-            total = unary[v][configs[:, -1]]
-            total = total + jnp.sum(jnp.take_along_axis(pair_flat[e_ids], e_index, 1), 0)
+            if not lay.precomputed:                     # strides -> indices, in the step
+                e_index = _gather_index(e_index, n_states, r, jnp)
+                m_index = [_gather_index(i, n_states, r, jnp) for i in m_index]
+            last = jnp.arange(n_states ** r, dtype=np.int32) % n_states     # z_v
+            total = unary[v][last]
+            total = total + jnp.sum(jnp.take_along_axis(_edge_factors(pairwise, e_ids),
+                                                        e_index, 1), 0)
             for buf, ids, index in zip(done + (msgs,), m_ids, m_index):
                 total = total + jnp.sum(jnp.take_along_axis(buf[ids], index, 1), 0)
             new = logsumexp(total.reshape(-1, n_states), axis=-1)
             msgs = lax.dynamic_update_slice(msgs, new[None], (row, jnp.zeros((), row.dtype)))
             return (msgs, log_z + jnp.where(root, new[0], 0.0)), None
 
-        msgs = jnp.zeros((n_rows[g] + 1, n_states ** (r - 1)), unary.dtype)
-        xs = arrays[g]
-        if precomputed:                                 # (steps, a, r) strides -> indices
-            xs = xs[:3] + (xs[3] @ configs.T, xs[4], tuple(m @ configs.T for m in xs[5]),
-                           xs[6])
+        msgs = jnp.zeros((lay.n_rows[g] + 1, n_states ** (r - 1)), unary.dtype)
+        xs = lay.arrays[g]
+        if lay.precomputed:                             # (steps, a, r) strides -> indices
+            xs = xs[:3] + (_gather_index(xs[3], n_states, r), xs[4],
+                           tuple(_gather_index(m, n_states, r) for m in xs[5]), xs[6])
         (msgs, log_z), _ = lax.scan(_step, (msgs, log_z), xs)
         buffers.append(msgs)
     return log_z

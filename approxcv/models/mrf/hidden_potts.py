@@ -10,8 +10,8 @@ For sites ``t`` of a graph with edges ``E`` (an adjacency matrix, a hyperparamet
 with the connection strength ``beta`` fixed. Priors: ``lambda_k ~ Gamma(a, b)``;
 ``mu_k ~ Normal(0, mean_prior_variance)``, ``sigma_k^2 ~ InvGamma(a, b)``. Parameters
 are only the emissions'; the latent field is marginalised exactly by variable
-elimination (:mod:`approxcv.inference.elimination`, min-fill order, one compiled plan
-per graph).
+elimination (:mod:`approxcv.inference.elimination`, the narrowest of several orders,
+one compiled plan per graph).
 
 Weighted objective (one weight per site, ``level="within"``; seed eq. 4-5)::
 
@@ -31,10 +31,11 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
+from scipy import sparse
 
 from ..._validate import (as_real_array, check_adjacency, check_choice, check_counts,
                           check_finite, check_positive, check_positive_int)
-from ...errors import InvalidArgumentError, InvalidDataError
+from ...errors import InvalidArgumentError, InvalidDataError, InvalidGraphError
 from ...inference import elimination
 from .. import constraints as C
 from .._transforms import gamma_log_prior, inverse_gamma_log_prior, normal_log_prior
@@ -63,12 +64,58 @@ class FieldData(NamedTuple):
     exposure: jnp.ndarray
 
 
+def _graph_edges(adjacency) -> tuple:
+    """``(n, edges)`` of an adjacency given dense, as ``scipy.sparse`` or as a ``networkx``
+    graph; edges ``(s, t)``, ``s < t``, sorted. A sparse matrix is checked without making it
+    dense: square, entries 0/1, symmetric, no self-loops, no site without a neighbour.
+
+    Raises:
+        InvalidGraphError: as :func:`approxcv._validate.check_adjacency`.
+    """
+    if type(adjacency).__module__.split(".")[0] == "networkx":
+        import networkx              # an optional dependency: only for a graph passed as one
+        adjacency = networkx.to_scipy_sparse_array(adjacency, dtype=np.float64, weight=None)
+    if not sparse.issparse(adjacency):
+        adj = check_adjacency("adjacency", adjacency)
+        s, t = np.nonzero(np.triu(adj))
+        return int(adj.shape[0]), tuple((int(a), int(b)) for a, b in zip(s, t))
+    coo = sparse.coo_matrix(adjacency)
+    n = coo.shape[0]
+    if coo.ndim != 2 or coo.shape[0] != coo.shape[1] or n < 2:
+        raise InvalidGraphError(f"`adjacency` must be a square (n, n) matrix with n >= 2, got "
+                                f"shape {coo.shape}")
+    coo.sum_duplicates()
+    coo.eliminate_zeros()
+    values = np.asarray(coo.data)
+    if not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
+        raise InvalidGraphError(f"`adjacency` must hold numbers, got dtype {values.dtype}")
+    if not np.all(values == 1):
+        raise InvalidGraphError("`adjacency` must hold only 0 and 1 (or booleans)")
+    row, col = coo.row.astype(np.int64), coo.col.astype(np.int64)
+    if np.any(row == col):
+        raise InvalidGraphError(f"`adjacency` has self-loops at nodes "
+                                f"{np.unique(row[row == col])[:5].tolist()}")
+    fwd = set(zip(row.tolist(), col.tolist()))
+    odd = [(s, t) for s, t in fwd if (t, s) not in fwd]
+    if odd:
+        s, t = min(odd)
+        raise InvalidGraphError(f"`adjacency` is not symmetric: entry ({s}, {t}) is 1 but "
+                                f"({t}, {s}) is 0")
+    lonely = np.setdiff1d(np.arange(n), row)
+    if lonely.size:
+        raise InvalidGraphError(f"`adjacency` has {lonely.size} disconnected site(s) without "
+                                f"neighbours (e.g. {lonely[:5].tolist()}); drop them or join "
+                                "them to the graph")
+    return int(n), tuple(sorted((s, t) for s, t in fwd if s < t))
+
+
 class HiddenPotts(Model):
     """Hidden Potts model on a graph (module docstring).
 
     Args:
-        adjacency: ``(n, n)`` symmetric 0/1 matrix without self-loops; every site needs a
-            neighbour.
+        adjacency: ``(n, n)`` symmetric 0/1 matrix without self-loops — dense, a
+            ``scipy.sparse`` matrix or array, or a ``networkx`` graph (nodes in its order);
+            every site needs a neighbour.
         n_states: number of latent states ``K``.
         beta: connection strength (a hyperparameter; 0: an independent mixture).
         emission: ``"poisson"`` (counts) or ``"gaussian"``.
@@ -76,14 +123,16 @@ class HiddenPotts(Model):
         variance_shape, variance_scale, mean_prior_variance: Gaussian priors.
         n_init, seed: starts of the fit; fit_em: EM + Newton (default) or BFGS + Newton.
         max_steps: iterations of either optimiser.
-        max_bytes: memory allowed for the largest elimination factor.
+        max_bytes: memory allowed for one elimination with its gradients
+            (:func:`approxcv.inference.elimination.plan_bytes`).
 
     Data: ``x (n,)``, or a tuple ``(x, exposure)`` of two ``(n,)`` arrays with positive
     exposures (Poisson: expected counts ``e_t lambda_k``, e.g. births for death counts).
 
     Raises:
         InvalidGraphError: a bad adjacency (not symmetric, self-loops, a disconnected site).
-        GraphTooWideError: exact elimination would need more than ``max_bytes``.
+        GraphTooWideError: exact elimination would need more than ``max_bytes`` (refused
+            before anything is allocated; a graph far too wide in a few seconds).
 
     Example:
         >>> import approxcv as acv
@@ -100,10 +149,7 @@ class HiddenPotts(Model):
                  variance_scale: float = 1e-2, mean_prior_variance: float = 1e6,
                  n_init: int = 4, seed: int = 0, fit_em: bool = True, max_steps: int = 500,
                  max_bytes: float = elimination.DEFAULT_MAX_BYTES):
-        adj = check_adjacency("adjacency", adjacency)
-        self.n_sites = int(adj.shape[0])
-        s, t = np.nonzero(np.triu(adj))
-        self.edges = tuple((int(a), int(b)) for a, b in zip(s, t))
+        self.n_sites, self.edges = _graph_edges(adjacency)
         self.n_states = check_positive_int("n_states", n_states, 1)
         self.beta = float(beta)
         if not np.isfinite(self.beta):
@@ -119,8 +165,9 @@ class HiddenPotts(Model):
         self.fit_em = bool(fit_em)
         self.max_steps = check_positive_int("max_steps", max_steps)
         self.max_bytes = check_positive("max_bytes", max_bytes)
-        self.plan_ = elimination.build_plan(self.n_sites, self.edges)
-        elimination.check_memory(self.plan_, self.n_states, self.max_bytes)
+        # the fit and the IJ differentiate the elimination: its memory counts gradients
+        self.plan_ = elimination.plan_within(self.n_sites, self.edges, self.n_states,
+                                             self.max_bytes, differentiate=True)
         self.fit_result_: dict | None = None
         self._field_log_z: float | None = None
 
@@ -134,7 +181,8 @@ class HiddenPotts(Model):
 
     @property
     def induced_width(self) -> int:
-        """Induced width of the min-fill elimination order of the graph."""
+        """Induced width of the elimination order used (the narrowest of those tried:
+        :func:`approxcv.inference.elimination.narrowest_order`)."""
         return self.plan_.width
 
     @property

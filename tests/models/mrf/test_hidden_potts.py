@@ -128,3 +128,57 @@ def test_bad_input_raises_named_errors():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert model != acv.models.HiddenPotts(adj, 2, 0.7)
+
+
+def test_sparse_and_networkx_adjacency_give_the_dense_model():
+    """A scipy.sparse adjacency failed with "dtype object"; sparse matrices and arrays and
+    networkx graphs now give the model of the dense matrix (same edges, same objective);
+    a bad sparse one raises the same named errors as a dense one."""
+    from scipy import sparse
+    adj = _grid()
+    dense = acv.models.HiddenPotts(adj, 2, beta=0.6)
+    rates = acv.models.HiddenPottsParams(np.array([1.5, 8.0]))
+    want = float(dense.objective(rates, _counts(), jnp.ones(N)))
+    others = [sparse.csr_matrix(adj), sparse.coo_array(adj.astype(bool)),
+              sparse.lil_matrix(adj.astype(float))]
+    try:
+        import networkx
+        others.append(networkx.from_numpy_array(adj))
+    except ImportError:
+        pass
+    for other in others:
+        model = acv.models.HiddenPotts(other, 2, beta=0.6)
+        assert model.edges == dense.edges and model == dense, type(other)
+        np.testing.assert_allclose(float(model.objective(rates, _counts(), jnp.ones(N))),
+                                   want, rtol=1e-13)
+    lopsided = adj.copy()
+    lopsided[0, 8] = 1
+    with pytest.raises(InvalidGraphError, match="not symmetric"):
+        acv.models.HiddenPotts(sparse.csr_matrix(lopsided), 2, 0.5)
+    looped = adj.copy()
+    looped[3, 3] = 1
+    with pytest.raises(InvalidGraphError, match="self-loops"):
+        acv.models.HiddenPotts(sparse.csr_matrix(looped), 2, 0.5)
+    alone = adj.copy()
+    alone[8, :] = alone[:, 8] = 0
+    with pytest.raises(InvalidGraphError, match="disconnected site"):
+        acv.models.HiddenPotts(sparse.csr_matrix(alone), 2, 0.5)
+    with pytest.raises(InvalidGraphError, match="only 0 and 1"):
+        acv.models.HiddenPotts(sparse.csr_matrix(2 * adj), 2, 0.5)
+
+
+def test_lattices_too_wide_with_gradients_are_refused_by_name():
+    """12 x 12 with K = 3 was accepted at 0.96 GiB (the largest factor only) and then
+    failed in NumPy with a raw MemoryError asking for 16.4 GiB: the whole plan, with the
+    gradients the fit takes, is counted; 60 x 60 is refused in seconds, not minutes."""
+    def lattice(n):
+        a = np.zeros((n * n, n * n), dtype=np.int8)
+        idx = np.arange(n * n).reshape(n, n)
+        for s, t in [(idx[:, :-1], idx[:, 1:]), (idx[:-1], idx[1:])]:
+            a[s.ravel(), t.ravel()] = a[t.ravel(), s.ravel()] = 1
+        return a
+    with pytest.raises(GraphTooWideError, match=r"with 3 states needs .* with gradients"):
+        acv.models.HiddenPotts(lattice(12), 3, 0.5)
+    with pytest.raises(GraphTooWideError, match="with 2 states"):
+        acv.models.HiddenPotts(lattice(60), 2, 0.5)
+    assert acv.models.HiddenPotts(lattice(8), 2, 0.5).induced_width <= 8
