@@ -219,7 +219,7 @@ def _checkpoints(root, labels) -> list:
             for i, lab in enumerate(labels)]
 
 
-def select(model_factory, grid, data, folds, method: str | None = "ij", *, executor=None,
+def select(model_factory, grid, data, folds, method: str | None = None, *, executor=None,
            fit_kwargs: Mapping[str, Any] | None = None, progress: bool = True,
            **cv_kwargs) -> Selection:
     """Fit and cross-validate ``model_factory(**hp)`` for every ``hp`` of ``grid``; rank them.
@@ -232,7 +232,9 @@ def select(model_factory, grid, data, folds, method: str | None = "ij", *, execu
         data: the data every model is fitted to and cross-validated on.
         folds: the folds shared by every entry (so differences are paired).
         method: the CV method of :func:`~approxcv.api.cross_validate` (``"ij"``, ``"ns"``,
-            ``"exact"``, ``"auto"``; ``None``: each model's default).
+            ``"exact"``, ``"auto"``); ``None`` (the default): each model's own
+            ``default_method``, as ``cross_validate`` (``"ns"``, ALOOCV, for regularised
+            ERM; ``"ij"`` for the others).
         executor: where the entries run, one task each (``None``: in process, in grid
             order; a ``concurrent.futures`` executor or a Dask ``Client``). The
             cross-validation inside a task runs where the task runs; warnings raised on a

@@ -38,6 +38,16 @@ def test_select_ranks_a_grid_as_cross_validate_by_hand(ridge_data):
     assert sel.table.attrs["unit"] == table.attrs["unit"]
 
 
+
+def test_select_uses_each_models_default_method(ridge_data):
+    """``method=None`` (the default) is the model's own ``default_method``, as in
+    ``cross_validate``: ALOOCV ("ns") for ERM, not the IJ."""
+    folds = acv.folds.kfold(N, 5)
+    sel = acv.select(acv.models.Ridge, [{"lam": 0.1}], ridge_data, folds, progress=False,
+                     warn=False)
+    assert acv.models.Ridge.default_method == "ns"
+    assert sel.results["lam=0.1"].method == "ns"
+
 def test_select_refuses_bad_grids_factories_and_folds(ridge_data):
     folds = acv.folds.kfold(N, 4)
     with pytest.raises(InvalidArgumentError, match="`grid` is empty"):
