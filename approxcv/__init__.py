@@ -23,7 +23,7 @@ from . import composite  # noqa: E402
 from .api import cross_validate  # noqa: E402
 from .engine.registry import register_method  # noqa: E402
 from .problem import Problem, make_problem  # noqa: E402
-from .results import CVResult, compare, compare_models  # noqa: E402
+from .results import CVResult, accuracy, compare  # noqa: E402
 from .results_io import load_result, load_results  # noqa: E402
 from .selection import Selection, select  # noqa: E402
 
@@ -35,7 +35,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'approxcv' has no attribute {name!r}")
 
 
-__all__ = ["cross_validate", "CVResult", "compare", "compare_models", "load_result",
+__all__ = ["cross_validate", "CVResult", "compare", "accuracy", "load_result",
            "load_results", "folds", "models", "engine",
            "inference", "composite", "datasets", "errors", "tuning", "optim", "plot", "bayes",
            "register_method", "Problem", "make_problem", "select", "Selection", "__version__"]

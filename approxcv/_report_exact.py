@@ -1,5 +1,5 @@
 """The report's comparison with exact CV: approximate and exact results of the same model
-paired on their shared folds (:func:`~approxcv.results.compare`), and the per-fold error
+paired on their shared folds (:func:`~approxcv.results.accuracy`), and the per-fold error
 estimates against the errors the exact refits measured."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 
 from . import _html as H
 from .errors import InvalidArgumentError
-from .results import compare
+from .results import accuracy
 from .results_io import SavedResult
 
 MAX_ROWS = 50       # rows of a per-fold table before it is cut (the note says how many)
@@ -18,7 +18,7 @@ MAX_ROWS = 50       # rows of a per-fold table before it is cut (the note says h
 
 class Pair(NamedTuple):
     """An approximate result and an exact one of the same model sharing folds, with their
-    :func:`compare` table (``None`` and ``problem`` set if they cannot be compared)."""
+    :func:`accuracy` table (``None`` and ``problem`` set if they cannot be compared)."""
     approx: SavedResult
     exact: SavedResult
     table: pd.DataFrame | None
@@ -61,7 +61,7 @@ def find_pairs(saved: list[SavedResult]) -> list[Pair]:
                                   "nothing shows that both were computed on the same data"))
                 continue
             try:
-                pairs.append(Pair(a, e, compare(a.result, e.result), None))
+                pairs.append(Pair(a, e, accuracy(a.result, e.result), None))
             except InvalidArgumentError as err:
                 pairs.append(Pair(a, e, None, str(err)))
     return pairs
@@ -123,7 +123,7 @@ def approx_exact_section(pairs: list[Pair]) -> tuple:
                      + H.table(folds[cols].head(MAX_ROWS), index=False)
                      + H.note(f"Fold losses of the {len(folds)} shared folds"
                               + (f" (first {MAX_ROWS})" if len(folds) > MAX_ROWS else "")
-                              + "; all rows are in compare(approx, exact)."))
+                              + "; all rows are in accuracy(approx, exact)."))
     if not parts:
         parts.append(H.note("No exact result here shares folds with an approximate result "
                             "of the same model, so there is no comparison with exact CV."))

@@ -10,7 +10,7 @@ import pandas as pd
 from . import _html as H
 from ._report_exact import MAX_ROWS, compared, data_digest, model_name, result_name
 from .engine.fingerprint import folds_digest
-from .results import compare_models
+from .results import compare
 from .results_io import SavedResult, Skipped
 
 MAX_IDS = 15        # fold ids listed per cause
@@ -80,7 +80,7 @@ def demo_section(summary: dict) -> tuple:
 
 
 def comparison_section(saved) -> tuple:
-    """``(anchor, title, body)``: :func:`compare_models` of every group of two or more
+    """``(anchor, title, body)``: :func:`compare` of every group of two or more
     results computed on the same inputs (data, level, units and folds, by fingerprint), or
     why there is none. Results without a fingerprint of their data are not ranked."""
     from . import plot
@@ -97,7 +97,7 @@ def comparison_section(saved) -> tuple:
     for key, members in groups.items():
         if key[0] is None or len(members) < 2:
             continue
-        table = compare_models({s.label: s.result for s in members})
+        table = compare({s.label: s.result for s in members})
         models = {s.label: model_name(s) for s in members}
         table.insert(len(table.columns), "model", [models[i] for i in table.index])
         per = ("unit, summed" if table.attrs["unit"] == "point"

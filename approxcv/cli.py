@@ -75,7 +75,7 @@ def demo(args, data: tuple | None = None) -> dict:
     say(f"exact CV on {n_exact} of them (refits warm-started at the fit) ...")
     exact = acv.cross_validate(model, x, folds.subset(np.arange(n_exact)), method="exact",
                                params=params, scheme=args.scheme, progress=not args.quiet)
-    df = acv.compare(ij, exact)
+    df = acv.accuracy(ij, exact)
     est = _error_estimates(ij, exact, df)
     exact_per_fold = exact.seconds / n_exact
     ij_per_fold = ij.seconds / len(folds)

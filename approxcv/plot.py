@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ._validate import check_choice  # noqa: E402
-from .results import compare as compare_runs  # noqa: E402
+from .results import accuracy  # noqa: E402
 
 __all__ = ["scatter", "timing_bars", "compare"]
 
@@ -18,7 +18,7 @@ def scatter(approx, exact, kind: str = "point", ax=None, path=None, title: str |
     """Scatter approximate against exact held-out losses (``kind`` ``"point"`` or ``"fold"``)
     on the folds both results share, with the ``x = y`` line. Saves to ``path`` if given."""
     check_choice("kind", kind, ("point", "fold"))
-    df = compare_runs(approx, exact)
+    df = accuracy(approx, exact)
     df = df[df.kind == kind]
     fig = None
     if ax is None:
@@ -59,7 +59,7 @@ def timing_bars(seconds: dict, ax=None, path=None, title: str = "time after the 
 
 
 def compare(table, ax=None, path=None, title: str | None = None):
-    """Plot a :func:`~approxcv.compare_models` table in ArviZ's layout: one row per model,
+    """Plot a :func:`~approxcv.compare` table in ArviZ's layout: one row per model,
     best on top; a filled dot at its ``elpd`` with a ``± se`` bar, and for every other model
     a grey triangle at ``elpd`` with the paired ``± dse`` bar of its difference to the best
     (the bar that decides whether the difference is real); a dashed line at the best

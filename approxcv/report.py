@@ -3,8 +3,8 @@
 Every number comes from the results saved there (:meth:`CVResult.save`, written by
 ``approxcv demo``) and, if present, the demo's ``summary.json``; nothing is re-run. The page
 has the results side by side, the model comparison (results on the same folds,
-:func:`~approxcv.results.compare_models`), approximate against exact CV (an exact result
-of the same model sharing folds with an approximate one, :func:`~approxcv.results.compare`),
+:func:`~approxcv.results.compare`), approximate against exact CV (an exact result
+of the same model sharing folds with an approximate one, :func:`~approxcv.results.accuracy`),
 the per-fold error estimates against the measured errors, timings, and the unreliable folds
 with their causes. Figures are embedded PNGs; there is no script and no external file.
 

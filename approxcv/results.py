@@ -13,7 +13,7 @@ from .errors import ArgumentTypeError, IncomparableResultsError, InvalidArgument
 from .folds import Folds
 from .results_io import save_result
 
-__all__ = ["CVResult", "compare", "compare_models"]
+__all__ = ["CVResult", "compare", "compare"]
 
 
 @dataclass
@@ -36,7 +36,7 @@ class CVResult:
         fingerprint: what the result was computed on,
             :func:`~approxcv.engine.fingerprint.result_fingerprint`: ``{"data": sha256 of
             the data, "level", "units": number of units, "folds": sha256 of the folds}``;
-            ``None`` for a result built by hand. :func:`compare_models`, :func:`compare`
+            ``None`` for a result built by hand. :func:`compare`, :func:`compare`
             and the report refuse to set side by side results of other inputs.
     """
     #: marks the saved-result types (:func:`approxcv.results_io.is_result_class`)
@@ -105,7 +105,7 @@ class CVResult:
         ``mean_fold_loss`` / ``mean_point_loss`` average every fold (nothing is dropped
         silently); ``mean_fold_loss_reliable`` / ``mean_point_loss_reliable`` average the
         ``n_reliable`` folds the method vouches for. To compare methods, average the same
-        folds in each (:func:`compare` does).
+        folds in each (:func:`accuracy` does).
         """
         ok = ~self.unreliable
         points = [p for p, good in zip(self.point_loss, ok) if good]
@@ -262,7 +262,7 @@ def check_comparable(results: Mapping, *, check_data: bool = True,
                    if purpose == "ranked" else ""))
 
 
-def compare(approx: CVResult, exact: CVResult) -> pd.DataFrame:
+def accuracy(approx: CVResult, exact: CVResult) -> pd.DataFrame:
     """Relative errors of ``approx`` against ``exact`` on the folds both contain.
 
     Folds are matched by ``fold_ids`` (so IJ on 1,000 folds compares with exact CV on a
@@ -349,7 +349,7 @@ def _paired_se(values: np.ndarray, unit: str) -> float:
     return sd * np.sqrt(n) if unit == "point" else sd / np.sqrt(n)
 
 
-def compare_models(results, *, on: str = "all", unit: str = "auto",
+def compare(results, *, on: str = "all", unit: str = "auto",
                    check_data: bool = True) -> pd.DataFrame:
     """Rank models by cross-validated expected log predictive density, with paired
     standard errors (the layout of ``arviz_stats.compare``).

@@ -6,7 +6,7 @@ task per entry fits it (``model.fit(data, **fit_kwargs)``) and runs
 :func:`~approxcv.api.cross_validate` on the same folds. The tasks go through the executor
 seam (:func:`~approxcv.executors.run_batches`): in process, on a process pool or on a Dask
 ``Client``, where each worker compiles each configuration once. The runs are ranked by
-:func:`~approxcv.results.compare_models` (expected log predictive density, paired standard
+:func:`~approxcv.results.compare` (expected log predictive density, paired standard
 errors of the differences).
 
 An entry whose fit or cross-validation raises does not stop the grid: its exception (type
@@ -37,7 +37,7 @@ from .errors import (ApproxCVError, ArgumentTypeError, FitError, GridEntryWarnin
 from .executors import run_batches, to_numpy
 from .folds import as_folds
 from .models.base import check_model
-from .results import compare_models
+from .results import compare
 
 __all__ = ["select", "Selection"]
 
@@ -48,7 +48,7 @@ class Selection:
 
     Attributes:
         table: one row per grid entry: the ranking of
-            :func:`~approxcv.results.compare_models` (best first: ``rank``, ``elpd``,
+            :func:`~approxcv.results.compare` (best first: ``rank``, ``elpd``,
             ``se``, ``elpd_diff``, ``dse``, ``n_units``, ``n_unreliable``, ``warning``,
             ``method``), then ``n_params`` (free parameters of the fit), ``flag`` (why the
             entry's numbers should not be trusted, ``""`` if nothing: ``over-parameterised``
@@ -293,7 +293,7 @@ def select(model_factory, grid, data, folds, method: str | None = None, *, execu
     if not ran:
         raise _all_failed(outs, failures)
     results = {lab: out[1] for lab, out in ran.items()}
-    ranked = compare_models(results)
+    ranked = compare(results)
     ranked["n_params"] = [int(results[lab].diagnostics.get("num_params", -1))
                           for lab in ranked.index]
     ranked["flag"] = [_flags(results[lab], ran[lab][3]) for lab in ranked.index]

@@ -133,7 +133,7 @@ def main(quick: bool, fit_steps: int, n_exact: int, which: str = "wide",
                                    exact_solver=exact_solver, **kw)
     exact_seconds = time.perf_counter() - t
     per_fold = exact_seconds / n_exact
-    cmp = acv.compare(ij, exact)
+    cmp = acv.accuracy(ij, exact)
     out.update({"exact_solver": exact.diagnostics["exact_solver"],
                 "exact_folds_run": n_exact, "exact_seconds_measured": exact_seconds,
                 "exact_seconds_per_fold": per_fold,

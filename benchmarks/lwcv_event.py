@@ -79,7 +79,7 @@ def cell(model, x, params, fold_scheme, frac, scheme, n_check, out_dir, tag, see
     ij = acv.cross_validate(model, x, folds, method="ij", **kw)
     ns = acv.cross_validate(model, x, folds, method="ns", **kw)
     ex = acv.cross_validate(model, x, folds, method="exact", **kw)
-    cmp_ij, cmp_ns, ij_ns = acv.compare(ij, ex), acv.compare(ns, ex), acv.compare(ij, ns)
+    cmp_ij, cmp_ns, ij_ns = acv.accuracy(ij, ex), acv.accuracy(ns, ex), acv.accuracy(ij, ns)
     err_ij, err_ns = per_fold_point_error(cmp_ij), per_fold_point_error(cmp_ns)
     ij_mean, ij_2sd, ij_bad = mean_2sd(err_ij)
     ns_mean, ns_2sd, ns_bad = mean_2sd(err_ns)
@@ -135,7 +135,7 @@ def timing_row(model, x, params, n_ij, n_check, frac=0.1, seed=0):
            "ratio_exact_to_ij": ex.seconds * scale / ij.seconds,
            "ratio_ns_to_ij": ns.seconds * scale / ij.seconds}
     sub_ij = acv.cross_validate(model, x, sub, method="ij", **kw)
-    row["ij_mean_rel_error_point_on_checked_folds"] = acv.compare(
+    row["ij_mean_rel_error_point_on_checked_folds"] = acv.accuracy(
         sub_ij, ex).attrs["mean_rel_error_point"]
     print(f"T={len(x)}: IJ {n_ij} folds {ij.seconds:.2f}s (cold {ij_cold.seconds:.2f}s); NS "
           f"{n_check} folds {ns.seconds:.1f}s; exact {n_check} folds {ex.seconds:.1f}s; "

@@ -58,7 +58,7 @@ def cell(model, x, params, fold_scheme, frac, scheme, n_ij, n_check, seed=0):
                             progress=False)
     ex = acv.cross_validate(model, x, sub, method="exact", params=params, scheme=scheme,
                             progress=False)
-    cmp_ij, cmp_ns = acv.compare(ij, ex), acv.compare(ns, ex)
+    cmp_ij, cmp_ns = acv.accuracy(ij, ex), acv.accuracy(ns, ex)
     pts = cmp_ij[cmp_ij.kind == "point"]
     per_fold_ij = pts.groupby("fold_id")["rel_error"].mean()
     scale = n_ij / n_check
@@ -74,7 +74,7 @@ def cell(model, x, params, fold_scheme, frac, scheme, n_ij, n_check, seed=0):
         "ij_mean_rel_error_fold": cmp_ij.attrs["mean_rel_error_fold"],
         "ns_mean_rel_error_point": cmp_ns.attrs["mean_rel_error_point"],
         "ns_mean_rel_error_fold": cmp_ns.attrs["mean_rel_error_fold"],
-        "ij_vs_ns_mean_rel_diff_point": acv.compare(ij, ns).attrs["mean_rel_error_point"],
+        "ij_vs_ns_mean_rel_diff_point": acv.accuracy(ij, ns).attrs["mean_rel_error_point"],
     }
 
 

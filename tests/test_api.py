@@ -81,7 +81,7 @@ def test_inexact_fit_is_reported_and_ij_still_tracks_exact(poisson_small):
         warnings.simplefilter("ignore", InexactFitWarning)
         exact = acv.cross_validate(model, x, folds, params=rough, method="exact",
                                    progress=False)
-    assert acv.compare(ij, exact).attrs["mean_rel_error_point"] < 0.05
+    assert acv.accuracy(ij, exact).attrs["mean_rel_error_point"] < 0.05
 
 
 def test_exact_cv_flags_refits_that_reach_a_better_optimum(poisson_local_optimum):
@@ -118,15 +118,15 @@ def test_compare_matches_fold_ids_and_checks_units(poisson_small):
     ij = acv.cross_validate(model, x, folds, params=params, progress=False)
     ex = acv.cross_validate(model, x, folds.subset([1, 4]), method="exact", params=params,
                             progress=False)
-    df = acv.compare(ij, ex)
+    df = acv.accuracy(ij, ex)
     assert set(df.fold_id) == {1, 4} and (df.kind == "fold").sum() == 2
     assert np.all(df.rel_error >= 0)
     other = acv.cross_validate(model, x, acv.folds.iid(len(x), 0.05, 6, seed=5), params=params,
                                progress=False)
     with pytest.raises(InvalidArgumentError, match="different units"):
-        acv.compare(other, ex)
+        acv.accuracy(other, ex)
     with pytest.raises(ArgumentTypeError):
-        acv.compare(ij, "exact")
+        acv.accuracy(ij, "exact")
 
 
 def test_plots_write_files(poisson_small, tmp_path):
@@ -151,7 +151,7 @@ def test_demo_command_writes_summary(tmp_path):
     assert (out / "scatter_points.png").exists() and (out / "comparison.csv").exists()
     saved = acv.load_results(out)            # the results, saved beside the summary
     assert set(saved) == {"ij", "exact"} and len(saved["ij"]) == 40
-    np.testing.assert_allclose(acv.compare(saved["ij"], saved["exact"]).attrs[
+    np.testing.assert_allclose(acv.accuracy(saved["ij"], saved["exact"]).attrs[
         "mean_rel_error_point"], summary["mean_rel_error_point"], rtol=1e-12)
     html = (out / "report.html").read_text(encoding="utf-8")
     assert 'id="exact"' in html and html.count("data:image/png;base64,") >= 5

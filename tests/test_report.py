@@ -169,9 +169,9 @@ def test_report_has_every_section_embedded_images_and_no_external_file(saved):
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     # its numbers are the saved results' own
-    table = acv.compare_models({k: results[k] for k in ("ij", "ns")})
+    table = acv.compare({k: results[k] for k in ("ij", "ns")})
     assert f"{table['elpd'].iloc[0]:.4g}" in text
-    mean_fold = acv.compare(results["ij"], results["exact"]).attrs["mean_rel_error_fold"]
+    mean_fold = acv.accuracy(results["ij"], results["exact"]).attrs["mean_rel_error_fold"]
     assert f"{mean_fold:.4g}" in text
     assert "error_estimate_above_tol" in text and MODEL in text
 
@@ -260,7 +260,7 @@ def test_report_pairs_only_results_computed_on_the_same_data(tmp_path):
     ij.save(tmp_path / "ij", model=MODEL)
     other_run.save(tmp_path / "exact", model=MODEL)
     with pytest.raises(acv.errors.IncomparableResultsError, match="field 'data'"):
-        acv.compare(ij, other_run)
+        acv.accuracy(ij, other_run)
     text = build_report(tmp_path).read_text(encoding="utf-8")
     assert "Not compared (no relative errors shown)" in text and "field &#x27;data&#x27;" in text
     assert "mean relative error" not in text           # no relative error from the other run

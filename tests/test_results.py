@@ -1,4 +1,4 @@
-"""compare_models: its standard errors against a hand computation and against
+"""compare: its standard errors against a hand computation and against
 arviz_stats.compare, its choice of unit, and its errors."""
 import numpy as np
 import pytest
@@ -29,7 +29,7 @@ def loo_pair():
 
 def test_point_unit_standard_errors_equal_a_hand_computation(loo_pair):
     folds, a, b = loo_pair
-    table = acv.compare_models({"b": _result(folds, b[:, None]),
+    table = acv.compare({"b": _result(folds, b[:, None]),
                                 "a": _result(folds, a[:, None])})
     assert table.attrs["unit"] == "point" and list(table.index) == ["a", "b"]
     n = a.size
@@ -49,7 +49,7 @@ def test_point_unit_agrees_with_arviz_stats_compare(loo_pair):
     arviz_stats = pytest.importorskip("arviz_stats")
     folds, a, b = loo_pair
     ra, rb = _result(folds, a[:, None]), _result(folds, b[:, None])
-    ours = acv.compare_models({"a": ra, "b": rb})
+    ours = acv.compare({"a": ra, "b": rb})
     theirs = arviz_stats.compare({"a": ra.to_arviz(), "b": rb.to_arviz()})
     for col in ("elpd", "se", "elpd_diff"):
         np.testing.assert_allclose(ours.loc[["a", "b"], col].to_numpy(float),
@@ -66,7 +66,7 @@ def test_overlapping_folds_compare_fold_means_and_flag_unreliable_folds():
     la = [rng.normal(1, 0.3, len(folds[i])) for i in range(len(folds))]
     lb = [p + 0.5 for p in la]
     ra, rb = _result(folds, la), _result(folds, lb, unreliable=[int(folds.ids[3])])
-    table = acv.compare_models({"a": ra, "b": rb})
+    table = acv.compare({"a": ra, "b": rb})
     assert table.attrs["unit"] == "fold"
     fa, fb = -ra.fold_loss, -rb.fold_loss
     np.testing.assert_allclose(table.loc["a", "elpd"], fa.mean(), rtol=1e-12)
@@ -75,7 +75,7 @@ def test_overlapping_folds_compare_fold_means_and_flag_unreliable_folds():
     np.testing.assert_allclose(table.loc["b", "dse"], np.std(fa - fb, ddof=1) / np.sqrt(12),
                                rtol=1e-12, atol=1e-12)
     assert table.loc["b", "warning"] and table.loc["b", "n_unreliable"] == 1
-    reliable = acv.compare_models({"a": ra, "b": rb}, on="reliable")
+    reliable = acv.compare({"a": ra, "b": rb}, on="reliable")
     assert reliable.attrs["n_folds"] == 11 and not reliable["warning"].any()
     np.testing.assert_allclose(reliable.loc["a", "elpd"], np.delete(fa, 3).mean(), rtol=1e-12)
 
@@ -85,22 +85,22 @@ def test_results_on_different_folds_or_units_are_refused(loo_pair):
     ra = _result(folds, a[:, None])
     other = _result(acv.folds.leave_one_out(a.size - 1), b[:-1, None])
     with pytest.raises(IncomparableResultsError, match="field 'units'"):
-        acv.compare_models({"a": ra, "b": other})
+        acv.compare({"a": ra, "b": other})
     fewer = _result(folds.subset(np.arange(a.size - 1)), b[:-1, None])
     with pytest.raises(IncomparableResultsError, match="different folds.*field 'folds'"):
-        acv.compare_models({"a": ra, "b": fewer})
+        acv.compare({"a": ra, "b": fewer})
     shuffled = acv.folds.Folds([np.array([i]) for i in np.roll(np.arange(a.size), 1)], a.size)
     with pytest.raises(InvalidArgumentError, match="different units"):
-        acv.compare_models({"a": ra, "b": _result(shuffled, b[:, None])})
+        acv.compare({"a": ra, "b": _result(shuffled, b[:, None])})
     with pytest.raises(ArgumentTypeError, match="results"):
-        acv.compare_models([ra])
+        acv.compare([ra])
     with pytest.raises(InvalidArgumentError, match="`on`"):
-        acv.compare_models({"a": ra}, on="some")
+        acv.compare({"a": ra}, on="some")
 
 
 def test_plot_compare_draws_one_row_per_model(loo_pair, tmp_path):
     folds, a, b = loo_pair
-    table = acv.compare_models({"a": _result(folds, a[:, None]),
+    table = acv.compare({"a": _result(folds, a[:, None]),
                                 "b": _result(folds, b[:, None], unreliable=[0])})
     ax = acv.plot.compare(table, path=tmp_path / "compare.png")
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
@@ -137,14 +137,14 @@ def test_a_result_carries_what_it_was_computed_on(ridge_runs):
 def test_results_on_other_data_are_neither_ranked_nor_compared(ridge_runs):
     base, other = ridge_runs["base"], ridge_runs["other_y"]
     with pytest.raises(IncomparableResultsError, match="field 'data'"):
-        acv.compare_models({"a": base, "b": other})
+        acv.compare({"a": base, "b": other})
     with pytest.raises(IncomparableResultsError, match="field 'data'"):
-        acv.compare(base, other)          # an "exact" result from another run
+        acv.accuracy(base, other)          # an "exact" result from another run
     # the same data: ranked; other features predicting the same y: only when asked
-    assert len(acv.compare_models({"a": base, "b": ridge_runs["stronger"]})) == 2
+    assert len(acv.compare({"a": base, "b": ridge_runs["stronger"]})) == 2
     with pytest.raises(IncomparableResultsError, match="check_data=False"):
-        acv.compare_models({"a": base, "b": ridge_runs["one_feature"]})
-    table = acv.compare_models({"a": base, "b": ridge_runs["one_feature"]}, check_data=False)
+        acv.compare({"a": base, "b": ridge_runs["one_feature"]})
+    table = acv.compare({"a": base, "b": ridge_runs["one_feature"]}, check_data=False)
     assert table.attrs["n_folds"] == 20
 
 
@@ -153,7 +153,7 @@ def test_results_on_more_units_with_the_same_fold_indices_are_refused():
     folds50 = acv.folds.Folds([folds50[i] for i in range(5)], 50, ids=folds50.ids)
     loss = [np.ones(len(folds40[i])) for i in range(5)]
     with pytest.raises(IncomparableResultsError, match="40 and 50.*field 'units'"):
-        acv.compare_models({"a": _result(folds40, loss), "b": _result(folds50, loss)})
+        acv.compare({"a": _result(folds40, loss), "b": _result(folds50, loss)})
 
 
 def test_results_at_different_levels_are_refused(loo_pair):
@@ -162,12 +162,12 @@ def test_results_at_different_levels_are_refused(loo_pair):
     within = _result(folds, a[:, None])
     structure = dataclasses.replace(_result(folds, b[:, None]), level="structure", scheme=None)
     with pytest.raises(IncomparableResultsError, match="levels.*field 'level'"):
-        acv.compare_models({"sentences": structure, "labels": within})
+        acv.compare({"sentences": structure, "labels": within})
     with pytest.raises(IncomparableResultsError, match="field 'level'"):
-        acv.compare(within, structure)
+        acv.accuracy(within, structure)
     # a GP's leave-one-out points and one series' points are both single observations
     gp_points = dataclasses.replace(_result(folds, b[:, None]), level="point", scheme=None)
-    assert len(acv.compare_models({"series": within, "gp": gp_points})) == 2
+    assert len(acv.compare({"series": within, "gp": gp_points})) == 2
 
 
 def test_an_unflagged_nan_fold_is_unreliable_and_warned(loo_pair):
@@ -176,9 +176,9 @@ def test_an_unflagged_nan_fold_is_unreliable_and_warned(loo_pair):
     b[5] = np.nan
     rb = _result(folds, b[:, None])          # no fold flagged by its method
     assert rb.unreliable[5] and rb.unreliable.sum() == 1
-    table = acv.compare_models({"a": _result(folds, a[:, None]), "b": rb})
+    table = acv.compare({"a": _result(folds, a[:, None]), "b": rb})
     assert table.loc["b", "warning"] and table.loc["b", "n_unreliable"] == 1
-    reliable = acv.compare_models({"a": _result(folds, a[:, None]), "b": rb}, on="reliable")
+    reliable = acv.compare({"a": _result(folds, a[:, None]), "b": rb}, on="reliable")
     assert np.isfinite(reliable["elpd"]).all() and reliable.attrs["n_folds"] == a.size - 1
     assert rb.summary()["n_unreliable"] == 1
 
@@ -188,8 +188,8 @@ def test_point_units_on_overlapping_folds_are_refused():
     loss = [np.ones(len(folds[i])) for i in range(len(folds))]
     ra, rb = _result(folds, loss), _result(folds, [p + 1 for p in loss])
     with pytest.raises(InvalidArgumentError, match="unit='point'.*47 distinct units 200 times"):
-        acv.compare_models({"a": ra, "b": rb}, unit="point")
-    assert acv.compare_models({"a": ra, "b": rb}).attrs["unit"] == "fold"
+        acv.compare({"a": ra, "b": rb}, unit="point")
+    assert acv.compare({"a": ra, "b": rb}).attrs["unit"] == "fold"
 
 
 def test_to_arviz_fills_p_from_the_in_sample_density_and_flags_nan_folds(loo_pair):

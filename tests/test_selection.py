@@ -31,7 +31,7 @@ def test_select_ranks_a_grid_as_cross_validate_by_hand(ridge_data):
                                    rtol=1e-12)
         np.testing.assert_allclose(np.asarray(sel.params[label].coef),
                                    np.asarray(model.fit(ridge_data).coef), rtol=1e-12)
-    table = acv.compare_models(by_hand)
+    table = acv.compare(by_hand)
     assert sel.best == table.index[0] == "lam=0.1"
     np.testing.assert_allclose(sel.table["elpd"], table["elpd"], rtol=1e-12)
     assert list(sel.table["lam"]) == [0.1, 30.0]       # hyperparameters as columns

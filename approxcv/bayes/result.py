@@ -1,7 +1,7 @@
 """``BayesLOOResult``: a Bayesian LOO estimate as a :class:`~approxcv.results.CVResult`.
 
 Folds are leave-one-out (``folds = approxcv.folds.leave_one_out(n)``); each fold's loss is
-the point's ``-log p(y_i | x_i, D_-i)``, so ``to_frame()``, ``summary()``, ``compare()`` and
+the point's ``-log p(y_i | x_i, D_-i)``, so ``to_frame()``, ``summary()``, ``approxcv.compare`` and
 ``to_arviz()`` work as for every other result.
 """
 from __future__ import annotations

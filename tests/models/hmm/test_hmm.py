@@ -63,7 +63,7 @@ def test_ij_ns_exact_agree_on_small_folds(fitted):
     assert res["exact"].diagnostics["exact_converged"].all()
     shift = np.linalg.norm(res["exact"].params_flat - full_u(model, x, params), axis=1)
     for m in ("ij", "ns"):
-        df = acv.compare(res[m], res["exact"])
+        df = acv.accuracy(res[m], res["exact"])
         assert df.attrs["mean_rel_error_point"] < 0.05, (m, df.attrs)
         assert df.attrs["mean_rel_error_fold"] < 0.05, (m, df.attrs)
     # IJ linearises grad F in w, which is strongly nonlinear for latent-variable models when
@@ -146,7 +146,7 @@ def test_structure_level_heldout_is_marginal_likelihood_under_fold_params():
         np.testing.assert_allclose(ex.fold_loss[i],
                                    float(nll(p_i, jnp.asarray(seqs[i], float))), rtol=1e-10)
         np.testing.assert_allclose(ex.point_loss[i], ex.fold_loss[i])
-    assert acv.compare(ij, ex).attrs["mean_rel_error_fold"] < 0.02
+    assert acv.accuracy(ij, ex).attrs["mean_rel_error_fold"] < 0.02
     assert ij.scheme is None and ij.level == "structure"
 
 

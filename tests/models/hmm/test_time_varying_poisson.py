@@ -131,7 +131,7 @@ def test_ij_tracks_exact_refits(fitted):
     assert res["exact"].diagnostics["exact_converged"].all()
     assert res["exact"].diagnostics["exact_num_steps"].max() <= 10   # Newton refits
     for m in ("ij",):
-        df = acv.compare(res[m], res["exact"])
+        df = acv.accuracy(res[m], res["exact"])
         assert df.attrs["mean_rel_error_point"] < 0.02, (m, df.attrs)
 
 
