@@ -106,3 +106,9 @@ class EmptyStateWarning(ApproxCVWarning):
 
 class UnreliableFoldWarning(ApproxCVWarning):
     """Some folds' estimates cannot be vouched for (``diagnostics['unreliable_folds']``)."""
+
+
+class BadlyScaledDataError(InvalidDataError, FitError):
+    """Data whose scale makes the objective or its gradient overflow, or leaves the fit
+    unable to converge; the message names the data and their scale and says to rescale
+    (standardise) them."""
