@@ -144,3 +144,9 @@ class NonIdentifiableWarning(ConvergenceWarning):
 class GridEntryWarning(ApproxCVWarning):
     """Some entries of a :func:`~approxcv.select` grid failed (their error is in their row)
     or are flagged (over-parameterised, unconverged fit, non-positive-definite Hessian)."""
+
+
+class BadlyScaledDataError(InvalidDataError, FitError):
+    """Data whose scale makes the objective or its gradient overflow, or leaves the fit
+    unable to converge; the message names the data and their scale and says to rescale
+    (standardise) them."""

@@ -3,6 +3,7 @@ problem, plus the protocol's invariants; user-registered methods; unreliable fol
 import warnings
 
 import arviz_stats
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -178,6 +179,57 @@ def test_params_of_another_model_are_refused():
     bad = three._replace(transition_matrix=three.transition_matrix * 1.1)
     with pytest.raises(InvalidArgumentError, match="sum to 1"):
         acv.make_problem(acv.models.PoissonHMM(3), x, bad)
+
+
+
+def _entry_points(name, model, data):
+    """The public calls of one family that take parameters, besides cross_validate."""
+    if name.startswith("LinearChainCRF"):
+        return {"predict": lambda p: model.predict(p, [x for x, _ in data])}
+    if name == "PoissonHMM":
+        n = len(data)
+        return {"heldout_loss": lambda p: model.heldout_loss(p, data, np.ones(n)),
+                "objective": lambda p: model.objective(p, data, np.ones(n))}
+    if name == "HiddenPotts":
+        return {"posterior_marginals": lambda p: model.posterior_marginals(p, data),
+                "log_marginal_likelihood": lambda p: model.log_marginal_likelihood(p, data)}
+    return {"predict_linear": lambda p: model.predict_linear(p, data[0]),
+            "predict_mean": lambda p: model.predict_mean(p, data[0])}
+
+
+@pytest.mark.parametrize("name", ["LinearChainCRF", "PoissonHMM", "Logistic", "HiddenPotts"])
+def test_every_entry_point_refuses_the_params_cross_validate_refuses(name):
+    """One parameter check (models.base.check_params) behind every public call that takes
+    parameters, in every family: NaN parameters gave CRF labels [0, 0, 0] (issue 37,
+    case 6); the message is the one cross_validate gives."""
+    model, data, level = _case(name)
+    template = model.params_template(data, level)
+    nan = type(template)(*(np.full(np.shape(leaf), np.nan) for leaf in template))
+    with pytest.raises(InvalidArgumentError, match="NaN or inf") as refused:
+        acv.cross_validate(model, data, [[0]], params=nan, level=level, progress=False)
+    for entry, call in _entry_points(name, model, data).items():
+        with pytest.raises(InvalidArgumentError) as got:
+            call(nan)
+        assert str(got.value) == str(refused.value), (name, entry)
+        with pytest.raises(ArgumentTypeError, match=type(template).__name__):
+            call(tuple(template))                          # another type, named
+        call(template)                                     # valid parameters still run
+
+
+def test_entry_points_name_the_leaf_of_another_shape_and_pass_traced_params():
+    x = simulate_poisson_hmm(30, seed=1)
+    model = acv.models.PoissonHMM(2)
+    three = acv.models.PoissonHMM(3).params_template(x)
+    with pytest.raises(InvalidArgumentError,
+                       match=r"`params.initial_probs` has shape \(3,\) but .* needs \(2,\)"):
+        model.heldout_loss(three, x, np.ones(30))
+    # a user's model gets the same check; traced parameters (the engine's calls) pass
+    quad = Quadratic()
+    a = jnp.asarray([1.0, 2.0, -1.0, 0.5])
+    with pytest.raises(InvalidArgumentError, match=r"`params.leaf 0` has NaN"):
+        quad.objective((np.asarray(np.nan),), a, jnp.ones(4))
+    grad = jax.grad(lambda u: quad.objective((u,), a, jnp.ones(4)))(jnp.asarray(0.5))
+    assert np.isfinite(float(grad))
 
 
 # ------------------------------------------------ a user's model in one class, exactly solvable

@@ -26,6 +26,14 @@ size), ``refit_restarts`` (default number of extra exact-CV starts, ``None``: by
 ``"map"`` — in sequence, on CPU — for objectives with a recursion over time) and, for ERM,
 ``glm_structure``, ``batched_refit`` and ``fold_check`` (below).
 
+Parameters are checked at every entry point: a subclass's methods named in
+:data:`PARAMS_ENTRY_POINTS` (``objective``, ``heldout_loss``, ``predict``, ...) are wrapped
+so that concrete ``params`` go through :meth:`Model.check_params` — the one check that
+``cross_validate`` applies — before the method runs: structure and type, shapes on the
+data (when the method takes the model's ``data``), finite values inside the constraints'
+domains. Traced parameters (under ``jit``, ``grad``, ``vmap``: the engine's calls) pass
+unchecked, so the check costs nothing in compiled code.
+
 Hyperparameters are hashable by construction: :meth:`Model.static_key` is the tuple of
 public attributes (a model with an unhashable hyperparameter — a graph, a kernel — must
 override it), and models compare and hash by it, so compiled functions are cached per
@@ -33,17 +41,59 @@ model configuration.
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 import jax
 import numpy as np
 
 from . import constraints as C
 
-__all__ = ["Model", "left_out", "check_model", "check_weights"]
+__all__ = ["Model", "left_out", "check_model", "check_weights", "PARAMS_ENTRY_POINTS",
+           "checks_params"]
 
 #: what ``cross_validate`` needs of a model (duck-typed: subclassing :class:`Model` is the
 #: easy way to have them all)
 PROTOCOL = ("prepare", "objective", "heldout_loss", "init_params", "param_constraints", "fit",
             "check_params", "local_model", "objective_scale")
+
+
+#: public methods whose first argument after ``self`` is ``params``: every subclass's
+#: definition of one is wrapped by :func:`checks_params` (a method with an argument named
+#: ``data`` also gets its shapes checked on those data)
+PARAMS_ENTRY_POINTS = ("objective", "heldout_loss", "predict", "predict_proba",
+                       "predict_mean", "predict_linear", "posterior_marginals",
+                       "log_marginal_likelihood", "marginals", "decode", "score")
+
+
+def _traced(tree) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def checks_params(method):
+    """Wrap a model method ``method(self, params, ...)`` so that concrete ``params`` are
+    validated by ``self.check_params`` first (on the method's ``data`` and ``level`` when
+    it takes them); traced ``params`` or ``data`` (compiled code) pass through unchecked.
+    The method then runs on the ``params`` it was given."""
+    if getattr(method, "_checks_params", False):
+        return method
+    signature = inspect.signature(method)
+    takes_data = "data" in signature.parameters
+
+    @functools.wraps(method)
+    def checked(self, params, *args, **kwargs):
+        if not _traced(params):
+            data = level = None
+            if takes_data:
+                bound = signature.bind_partial(self, params, *args, **kwargs).arguments
+                data, level = bound.get("data"), bound.get("level")
+                if data is not None and _traced(data):
+                    data = None
+            self.check_params(params, data, level)
+        return method(self, params, *args, **kwargs)
+
+    checked._checks_params = True
+    return checked
 
 
 def check_model(model) -> None:
@@ -88,6 +138,14 @@ class Model:
     #: how batched optimisers evaluate the rows (starts, folds) of a batch:
     #: :func:`approxcv.optim.quasi_newton.over_rows` (``"vmap"`` or ``"map"``)
     batch_rows: str = "vmap"
+
+    def __init_subclass__(cls, **kwargs):
+        """Wrap the subclass's own :data:`PARAMS_ENTRY_POINTS` in :func:`checks_params`."""
+        super().__init_subclass__(**kwargs)
+        for name in PARAMS_ENTRY_POINTS:
+            method = cls.__dict__.get(name)
+            if inspect.isfunction(method):
+                setattr(cls, name, checks_params(method))
 
     # ----------------------------------------------------------- identity
     def static_key(self) -> tuple:
@@ -175,36 +233,56 @@ class Model:
         """Parameters with the structure and shapes this model has on ``data``."""
         return self.init_params(data, level, 1, 0)[0]
 
-    def check_params(self, params, data, level: str | None = None, name: str = "params"):
-        """Validate ``params`` against this model on ``data``: type, shapes, constraints.
+    def check_params(self, params, data=None, level: str | None = None, name: str = "params"):
+        """Validate ``params`` against this model: type and tree structure, shapes on
+        ``data`` (skipped when ``data`` is ``None``), finite values inside each
+        constraint's domain. The one parameter check of every entry point
+        (:data:`PARAMS_ENTRY_POINTS`, ``cross_validate``, :func:`approxcv.make_problem`).
 
         Returns:
             ``params`` with float64 NumPy leaves.
 
         Raises:
-            ArgumentTypeError: another parameter type.
-            InvalidArgumentError: wrong shapes (e.g. another number of states) or values
-                outside the domain (a probability that does not sum to one, a NaN).
+            ArgumentTypeError: another parameter type, or a leaf that is not numeric.
+            InvalidArgumentError: another structure, wrong shapes (e.g. another number of
+                states; the message names the leaf and both shapes) or values outside the
+                domain (a NaN, a probability that does not sum to one).
         """
         from ..errors import ArgumentTypeError, InvalidArgumentError
-        template = self.params_template(data, level)
-        if type(params) is not type(template):
+        constraints = self.param_constraints()
+        c_leaves, c_treedef = jax.tree_util.tree_flatten(
+            constraints, is_leaf=lambda c: isinstance(c, C.Constraint))
+        template = None if data is None else self.params_template(data, level)
+        want = type(constraints) if template is None else type(template)
+        if want not in (tuple, list) and type(params) is not want:
             raise ArgumentTypeError(
-                f"`{name}` must be {type(template).__name__} for {self!r}, "
-                f"got {type(params).__name__}")
+                f"`{name}` must be {want.__name__} for {self!r}, got {type(params).__name__}")
         leaves, treedef = jax.tree_util.tree_flatten(params)
-        t_leaves, t_treedef = jax.tree_util.tree_flatten(template)
+        t_treedef = (c_treedef if template is None
+                     else jax.tree_util.tree_structure(template))
         if treedef != t_treedef:
             raise InvalidArgumentError(f"`{name}` has structure {treedef}, but {self!r} needs "
                                        f"{t_treedef}")
-        fields = getattr(type(params), "_fields", None) or range(len(leaves))
-        for f, p, t in zip(fields, leaves, t_leaves):
-            if np.shape(p) != np.shape(t):
-                raise InvalidArgumentError(
-                    f"`{name}.{f}` has shape {np.shape(p)} but {self!r} on these data needs "
-                    f"{np.shape(t)}; were the parameters fitted with another model?")
-        params = jax.tree_util.tree_map(lambda p: np.asarray(p, dtype=np.float64), params)
-        problems = C.check_constraints(self.param_constraints(), params, name)
+        fields = getattr(type(params), "_fields", None)
+        if not fields or len(fields) != len(leaves):
+            fields = [f"leaf {i}" for i in range(len(leaves))]
+        arrays = []
+        for f, p in zip(fields, leaves):
+            try:
+                arr = np.asarray(p, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ArgumentTypeError(f"`{name}.{f}` must be a numeric array, got "
+                                        f"{type(p).__name__}") from None
+            arrays.append(arr)
+        if template is not None:
+            for f, p, t in zip(fields, arrays, jax.tree_util.tree_leaves(template)):
+                if np.shape(p) != np.shape(t):
+                    raise InvalidArgumentError(
+                        f"`{name}.{f}` has shape {np.shape(p)} but {self!r} on these data "
+                        f"needs {np.shape(t)}; were the parameters fitted with another model "
+                        "or on other data?")
+        params = jax.tree_util.tree_unflatten(treedef, arrays)
+        problems = C.check_constraints(constraints, params, name)
         if problems:
             raise InvalidArgumentError("; ".join(problems))
         return params

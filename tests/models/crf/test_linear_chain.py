@@ -1,6 +1,7 @@
 """LinearChainCRF: weighted objectives at both levels and held-out losses against
 enumeration over label paths; bad input gets named errors."""
 import itertools
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +9,8 @@ import pytest
 from jax.scipy.special import logsumexp
 
 import approxcv as acv
-from approxcv.errors import InvalidDataError
+from approxcv.errors import (BadlyScaledDataError, ConvergenceWarning, InvalidArgumentError,
+                             InvalidDataError)
 
 K, F = 3, 2
 
@@ -114,3 +116,64 @@ def test_buckets_change_nothing_but_padding(monkeypatch):
 def test_bad_input_gets_a_named_error(bad, match):
     with pytest.raises(InvalidDataError, match=match):
         acv.models.LinearChainCRF(K).prepare(bad(corpus()))
+
+
+def test_predict_refuses_the_params_that_cross_validate_refuses():
+    """One parameter check: all-NaN parameters gave Viterbi labels [0, 0, 0] from predict
+    while cross_validate refused them (issue 37, case 6)."""
+    model, data = acv.models.LinearChainCRF(K), corpus(n=3)
+    params = params_for(model, data)
+    nan = params._replace(transitions=np.full((K, K), np.nan))
+    with pytest.raises(InvalidArgumentError, match=r"`params.transitions` has NaN") as refused:
+        acv.cross_validate(model, data, [[0]], params=nan, progress=False)
+    with pytest.raises(InvalidArgumentError) as predicted:
+        model.predict(nan, [x for x, _ in data])
+    assert str(predicted.value) == str(refused.value)
+    # and shapes of another model (2 labels), named by leaf with both shapes
+    other = params_for(acv.models.LinearChainCRF(2), [(x, y * 0) for x, y in data])
+    with pytest.raises(InvalidArgumentError, match=r"`params.weights` has shape \(2, 2\) but "
+                                                   r".* needs \(2, 3\)"):
+        model.predict(other, [x for x, _ in data])
+    # a valid call still decodes
+    assert [len(p) for p in model.predict(params, [x for x, _ in data])] == [
+        len(y) for _, y in data]
+
+
+def test_feature_width_is_checked_in_one_place_for_every_entry_point():
+    """Features of another width: a raw dot_general TypeError from predict (issue 37,
+    case 12); now a named error with the expected and the given width."""
+    model, data = acv.models.LinearChainCRF(K), corpus(n=3)
+    params = params_for(model, data)                      # fitted on F = 2 features
+    wide = [(np.ones((3, F + 1)), np.zeros(3, int)), (np.ones((2, F + 1)), np.zeros(2, int))]
+    with pytest.raises(InvalidDataError, match=rf"features\[0\] has {F + 1} features per "
+                                               rf"token, but the parameters were fitted on {F}"):
+        model.predict(params, [x for x, _ in wide])
+    with pytest.raises(InvalidDataError, match=r"features\[1\] has 3 .* fitted on 2"):
+        model.predict(params, [data[0][0], np.ones((2, 3))])
+    with pytest.raises(InvalidArgumentError, match="must be a list"):
+        model.predict(params, data[0][0])
+    for call in (lambda: model.objective(params, wide, np.ones(2)),
+                 lambda: model.heldout_loss(params, wide, np.ones(5), level="within"),
+                 lambda: acv.cross_validate(model, wide, [[0]], params=params,
+                                            progress=False)):
+        with pytest.raises(InvalidArgumentError,
+                           match=rf"`params.weights` has shape \({F}, {K}\) but .* needs "
+                                 rf"\({F + 1}, {K}\)"):
+            call()
+
+
+def test_badly_scaled_features_raise_rescale_not_the_starting_point():
+    """Features times 1e200 returned the start with a ConvergenceWarning (issue 37, weak):
+    overflow is refused before the fit, and a fit that stalls on large features names the
+    scale and says to standardise."""
+    data = corpus(n=3)
+    with pytest.raises(BadlyScaledDataError, match=r"\|x\| = .*e\+200.*standardise"):
+        acv.models.LinearChainCRF(K).fit([(x * 1e200, y) for x, y in data])
+    short = acv.models.LinearChainCRF(K, max_steps=3)
+    with pytest.raises(BadlyScaledDataError, match="did not converge .* standardise"):
+        short.fit([(x * 1e9, y) for x, y in data])
+    with pytest.warns(ConvergenceWarning):                # unit scale: only the warning
+        short.fit(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                    # a well-scaled fit: no complaint
+        acv.models.LinearChainCRF(K).fit([(x * 1e3, y) for x, y in data])
