@@ -20,6 +20,7 @@ import functools
 import os
 
 import jax
+from .errors import InvalidArgumentError
 
 
 @functools.cache
@@ -74,7 +75,6 @@ def host_workers() -> int:
                 raise ValueError
             return threads
         except ValueError:
-            from .errors import InvalidArgumentError
             raise InvalidArgumentError(
                 "APPROXCV_THREADS must be a positive integer, got "
                 f"{os.environ['APPROXCV_THREADS']!r}") from None

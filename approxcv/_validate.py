@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
+from .errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError, InvalidGraphError
 
 
 def check_choice(name: str, value, choices) -> str:
@@ -86,7 +86,6 @@ def check_adjacency(name: str, adjacency, isolated: bool = False) -> np.ndarray:
     than 0/1 (or booleans), is not symmetric, has self-loops, or — unless ``isolated`` —
     has a node without neighbours (a disconnected site).
     """
-    from .errors import InvalidGraphError
     try:
         arr = as_real_array(name, adjacency)
     except (ArgumentTypeError, InvalidDataError) as exc:

@@ -15,6 +15,7 @@ import numpy as np
 
 from .errors import ConvergenceWarning, FitError
 from .optim import MAX_DENSE_DIM, MinimizeResult
+from ._compile import host_workers
 
 __all__ = ["best_start", "perturbation_restarts", "padded", "pad_rows", "rows_in_threads",
            "fit_method", "MAX_PERTURB_ROUNDS"]
@@ -64,7 +65,6 @@ def rows_in_threads(solve, row_args, *shared, workers: int | None = None):
     """
     import jax
 
-    from ._compile import host_workers
     args = [np.asarray(a) for a in row_args]
     m = len(args[0])
     workers = min(host_workers() if workers is None else workers, m)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import InvalidDataError
+from ._arrays import array_module
 from ._compile import jit
 
 __all__ = ["Problem", "GLMStructure", "Windows", "Lanes", "make_problem", "flat_params"]
@@ -121,9 +122,8 @@ def _functions(model, scheme, level, treedef, shapes):
     """
     sizes = [int(np.prod(s)) for s in shapes]
     splits = np.cumsum(sizes)[:-1].tolist()
-    from .models.constraints import BUILT_IN, array_module
-    built_in = all(isinstance(c, BUILT_IN) for c in jax.tree_util.tree_leaves(
-        model.param_constraints(), is_leaf=lambda c: isinstance(c, BUILT_IN)))
+    built_in = all(getattr(c, "maps_numpy_rows", False) for c in jax.tree_util.tree_leaves(
+        model.param_constraints(), is_leaf=lambda c: hasattr(c, "maps_numpy_rows")))
 
     def unravel(u):
         """Constrained parameters of ``u (D,)``; of every row of a NumPy ``u (F, D)``

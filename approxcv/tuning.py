@@ -39,10 +39,14 @@ import pandas as pd
 
 from ._validate import check_choice, check_positive_int
 from .engine.registry import get_method
-from .errors import ArgumentTypeError, InvalidArgumentError, NotPositiveDefiniteError
+from .errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
+                     NotPositiveDefiniteError)
 from .folds import leave_one_out
 from .results import CVResult
 from .tuning_gradient import GRADIENTS, _problem_gradient, aloocv_gradient
+from .api import cross_validate
+from .tuning_newton import newton_tune
+from .models.erm.elastic_net import SupportChangeWarning
 
 __all__ = ["aloocv_gradient", "TuneResult", "tune_regularization", "resolve_algorithm",
            "GRADIENTS", "NEWTON_MAX_WEIGHTS"]
@@ -122,7 +126,6 @@ def _warn_support_change(u, support_prev, it, warn, warned) -> bool:
     if support_prev is None or np.array_equal(np.asarray(u) != 0, support_prev) or warned:
         return warned
     if warn:
-        from .models.erm.elastic_net import SupportChangeWarning
         warnings.warn(f"the support changed at iteration {it}; ALOOCV and its gradient are "
                       "piecewise smooth in lam", SupportChangeWarning, stacklevel=3)
     return True
@@ -153,8 +156,6 @@ def resolve_algorithm(model, algorithm: str) -> str:
 def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for) -> TuneResult:
     """:func:`approxcv.tuning_newton.newton_tune` from ``lam`` (the fit from zero, by the
     loop's own Newton refits), its path as a DataFrame."""
-    from .errors import ConvergenceWarning
-    from .tuning_newton import newton_tune
     design = model.design(prepared)
     u0 = jnp.zeros(design.shape[1])
     prob = model.smooth_problem(prepared, u0)
@@ -248,7 +249,6 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
     """
     import optax
 
-    from .api import cross_validate
 
     algorithm = resolve_algorithm(model, algorithm)
     check_choice("gradient", gradient, GRADIENTS)

@@ -114,3 +114,32 @@ def test_engine_and_inference_never_import_models():
 def test_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+#: modules that import parts of approxcv inside functions on purpose: the command line
+#: imports the numerics only for the command that needs them (``approxcv --help`` stays
+#: light), and the report imports matplotlib (through ``plot``) only to draw
+DEFERRED_IMPORTS = {"approxcv.cli", "approxcv._cli_args", "approxcv._report_exact",
+                    "approxcv._report_sections"}
+
+
+def test_no_import_of_approxcv_inside_a_function():
+    """An import inside a function must not hide a cycle: every module of the package
+    imports the package's modules at module level (third-party imports may be deferred)."""
+    modules = _modules()
+    found = []
+    for name, path in modules.items():
+        if name in DEFERRED_IMPORTS:
+            continue
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (
+                        node.level or (node.module or "").startswith("approxcv")):
+                    found.append(f"{name}:{node.lineno}")
+                elif isinstance(node, ast.Import) and any(
+                        a.name.split(".")[0] == "approxcv" for a in node.names):
+                    found.append(f"{name}:{node.lineno}")
+    assert found == []

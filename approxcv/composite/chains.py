@@ -31,6 +31,7 @@ from .._validate import check_positive_int
 from ..errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
 from ..inference import crf as crf_kernels
 from .chain_windows import label_configs, window_log_prob_sum
+from ..models.crf.linear_chain import LinearChainCRFParams
 
 __all__ = ["BoltzmannChain", "CRFComponents", "ChainSamples"]
 
@@ -226,7 +227,6 @@ class CRFComponents(_Chain):
         return int(sum(np.prod(s) for s in self._shapes()))
 
     def split(self, theta):
-        from ..models.crf.linear_chain import LinearChainCRFParams
         theta = jnp.asarray(theta, jnp.float64)
         parts, i = [], 0
         for s in self._shapes():

@@ -14,6 +14,7 @@ from .cost import expected_cost, realised_cost
 from .model import SCLModel, SCLParams
 from .policy import Policy
 from .variance import asymptotic_variance, checked_inverse, sandwich
+from .beta import heuristic_beta
 
 __all__ = ["fit", "SCLFit"]
 
@@ -125,7 +126,6 @@ def fit(model, X, policy: Policy, seed: int = 0, prior_var: float | None = None,
     params = scl.fit(data)
     history = []
     if tune_beta:
-        from .beta import heuristic_beta
         for _ in range(int(max_rounds)):
             beta = heuristic_beta(scl, data, params)
             history.append(beta.tolist())

@@ -35,6 +35,10 @@ from ..models import constraints as C
 from ..models.base import Model, check_weights, left_out
 from .components import check_component_model
 from .policy import Policy, draw_selection
+from ..problem import make_problem
+from ..optim.newton import value_and_derivatives
+from ..optim import batched_minimize
+from ..fitting import fit_method
 
 __all__ = ["SCLModel", "SCLData", "SCLParams"]
 
@@ -200,9 +204,6 @@ class SCLModel(Model):
             ConvergenceWarning: the optimiser stopped before its criterion was met.
             NonIdentifiableWarning: the data do not bound some parameters (named).
         """
-        from ..fitting import fit_method
-        from ..optim import batched_minimize
-        from ..problem import make_problem
         data, level, n = self.prepare(data, level)
         start = self.init_params(data)[0] if u0 is None else SCLParams(np.asarray(u0))
         problem = make_problem(self, data, start, checked=True)
@@ -220,7 +221,6 @@ class SCLModel(Model):
                             "converged": bool(res.converged[0]),
                             "num_steps": int(res.num_steps[0]), "unidentified": []}
         if method == "bfgs" and np.all(np.isfinite(u)):     # dense: the Hessian is formed
-            from ..optim.newton import value_and_derivatives
             # the program of the polish, the IJ and the sandwich (compiled once)
             _, grad, hess, _ = value_and_derivatives(problem.fun, jnp.asarray(u),
                                                      np.ones(n), data, True)

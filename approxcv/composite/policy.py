@@ -26,7 +26,7 @@ import numpy as np
 
 from .._validate import check_choice
 from ..errors import ArgumentTypeError, InvalidArgumentError
-from .components import ComponentGroup
+from .components import ComponentGroup, as_group
 
 __all__ = ["Policy", "draw_selection", "sample_uniforms", "selection_moments", "KINDS"]
 
@@ -168,7 +168,6 @@ class Policy:
 
     def bind(self, model) -> "Policy":
         """This policy with every group checked against ``model``."""
-        from .components import as_group
         groups = [as_group(model, g) for g in self.groups]
         return Policy(groups, [list(v) for v in self.select],
                       [list(v) for v in self.weight], self.kind)

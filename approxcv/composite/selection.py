@@ -16,9 +16,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from ..api import cross_validate
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from .components import check_component_model
 from .policy import Policy
+from .estimator import fit
 
 __all__ = ["select_policy"]
 
@@ -50,9 +52,6 @@ def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 
         ArgumentTypeError: ``policies`` is not a list or dict of :class:`Policy`, or
             ``model`` is not a component model.
     """
-    import approxcv as acv
-
-    from .estimator import fit
     check_component_model(model)
     named = _named_policies(policies)
     rows, thetas = [], {}
@@ -60,7 +59,7 @@ def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 
         f = fit(model, X, policy, seed=seed, prior_var=prior_var, max_steps=max_steps)
         thetas[name] = f.theta
         t = time.perf_counter()
-        res = acv.cross_validate(f.model, f.data, folds, method, params=f.params,
+        res = cross_validate(f.model, f.data, folds, method, params=f.params,
                                  progress=False, warn=False)
         row = {"policy": name, "position": position, "cv_loss": _per_sample(res),
                "expected_cost": f.expected_cost, "fit_seconds": f.seconds,
@@ -69,7 +68,7 @@ def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 
                "fit_converged": bool((f.model.fit_result_ or {}).get("converged", True))}
         if check:
             t = time.perf_counter()
-            ex = acv.cross_validate(f.model, f.data, folds, "exact", params=f.params,
+            ex = cross_validate(f.model, f.data, folds, "exact", params=f.params,
                                     progress=False, warn=False, restarts=0)
             row.update(exact_loss=_per_sample(ex), exact_seconds=time.perf_counter() - t)
         rows.append(row)

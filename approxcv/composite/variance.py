@@ -39,6 +39,9 @@ from .._compile import jit
 from .._validate import check_choice
 from ..errors import InvalidArgumentError, NotPositiveDefiniteError
 from .policy import selection_moments
+from ..problem import make_problem
+from .model import SCLModel
+from ..optim.newton import value_and_derivatives
 
 __all__ = ["sandwich", "asymptotic_variance", "checked_inverse", "FORMS"]
 
@@ -56,8 +59,6 @@ def sandwich(model, data, params, form: str = "corrected") -> dict:
     Returns:
         ``{"variance": (D, D), "hessian": H (D, D), "scores": psi (n, D)}``.
     """
-    from ..optim.newton import value_and_derivatives
-    from ..problem import make_problem
     check_choice("form", form, FORMS)
     n = int(data.coef.shape[0])
     if form == "paper":
@@ -86,7 +87,6 @@ def asymptotic_variance(base, policy, theta0, form: str = "corrected") -> np.nda
     Raises:
         InvalidArgumentError: ``base`` has no enumerable state space.
     """
-    from .model import SCLModel
     check_choice("form", form, FORMS)
     if not hasattr(base, "state_probabilities"):
         raise InvalidArgumentError(f"the exact asymptotic variance needs every state of the "

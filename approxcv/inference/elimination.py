@@ -59,6 +59,7 @@ from jax.scipy.special import logsumexp
 from scipy import sparse
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 from .._compile import jit
+from ..errors import GraphTooWideError
 
 __all__ = ["EliminationPlan", "build_plan", "min_fill_order", "min_degree_order",
            "bandwidth_order", "degeneracy", "narrowest_order", "induced_width", "width_cap",
@@ -476,7 +477,6 @@ def width_cap(n_states: int, max_bytes: float) -> int:
 
 
 def _too_wide(width_text: str, n_states: int, need: float, max_bytes: float, what: str):
-    from ..errors import GraphTooWideError
     return GraphTooWideError(
         f"the graph is too wide for exact elimination: {width_text} with {n_states} states "
         f"needs {need / 2 ** 20:.4g} MiB ({what}), above the limit of "

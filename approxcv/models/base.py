@@ -48,6 +48,7 @@ import jax
 import numpy as np
 
 from . import constraints as C
+from ..errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["Model", "left_out", "check_model", "check_weights", "PARAMS_ENTRY_POINTS",
            "checks_params"]
@@ -100,7 +101,6 @@ def check_model(model) -> None:
     """Raise :class:`~approxcv.errors.ArgumentTypeError` naming what ``model`` lacks."""
     missing = [a for a in PROTOCOL if not callable(getattr(model, a, None))]
     if missing:
-        from ..errors import ArgumentTypeError
         raise ArgumentTypeError(f"`model` must implement the model protocol "
                                 f"(approxcv.models.base.Model); {type(model).__name__} lacks "
                                 f"{missing}")
@@ -118,7 +118,6 @@ def check_weights(weights, n: int, unit: str = "unit"):
         InvalidArgumentError: another shape.
     """
     import jax.numpy as jnp
-    from ..errors import InvalidArgumentError
     weights = jnp.asarray(weights, dtype=jnp.float64)
     if weights.shape != (n,):
         raise InvalidArgumentError(
@@ -248,7 +247,6 @@ class Model:
                 states; the message names the leaf and both shapes) or values outside the
                 domain (a NaN, a probability that does not sum to one).
         """
-        from ..errors import ArgumentTypeError, InvalidArgumentError
         constraints = self.param_constraints()
         c_leaves, c_treedef = jax.tree_util.tree_flatten(
             constraints, is_leaf=lambda c: isinstance(c, C.Constraint))

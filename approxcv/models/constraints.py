@@ -17,18 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._arrays import array_module
 from ._transforms import logits_to_log_simplex
 
 __all__ = ["Constraint", "Real", "Positive", "Simplex", "LowerCholesky", "constrain",
            "unconstrain", "check_constraints"]
-
-
-def array_module(value):
-    """NumPy for NumPy arrays, ``jax.numpy`` otherwise (traced or device arrays): starts,
-    a user's parameters and fold parameters are mapped eagerly, where every ``jax.numpy``
-    operation is a small program to compile in a fresh process (about 25 of them, 0.6 s,
-    for one HMM fit and its IJ)."""
-    return np if isinstance(value, (np.ndarray, np.generic)) else jnp
 
 
 class Constraint:
@@ -36,6 +29,10 @@ class Constraint:
 
     The built-in constraints map NumPy arrays in NumPy and traced values in ``jax.numpy``,
     and ``forward`` maps leading batch axes elementwise (rows of fold parameters)."""
+
+    #: ``forward`` maps a NumPy ``(F, k)`` array of rows in NumPy (the built-in constraints);
+    #: ``False``: the Problem maps rows one at a time through a jitted ``vmap``
+    maps_numpy_rows = False
 
     def forward(self, u):
         raise NotImplementedError
@@ -51,6 +48,7 @@ class Constraint:
 @dataclass(frozen=True)
 class Real(Constraint):
     """The identity (unconstrained reals)."""
+    maps_numpy_rows = True
 
     def forward(self, u):
         return u
@@ -62,6 +60,7 @@ class Real(Constraint):
 @dataclass(frozen=True)
 class Positive(Constraint):
     """``theta = exp(u)``."""
+    maps_numpy_rows = True
 
     def forward(self, u):
         return array_module(u).exp(u)
@@ -79,6 +78,7 @@ class Simplex(Constraint):
 
     ``total`` (default 1) scales the simplex, e.g. day effects that average to 1 over a week.
     """
+    maps_numpy_rows = True
     total: float = 1.0
 
     def forward(self, u):
@@ -110,6 +110,7 @@ class LowerCholesky(Constraint):
     Unconstrained: ``(..., R(R+1)/2)`` packed entries with the diagonal on the log scale;
     ``diagonal=True`` keeps only the ``(..., R)`` log-diagonal (diagonal factors).
     """
+    maps_numpy_rows = True
     diagonal: bool = False
 
     def forward(self, u):
@@ -158,8 +159,6 @@ def _float64(p):
         return jnp.asarray(p, dtype=jnp.float64)
     return np.asarray(p, dtype=np.float64)
 
-
-BUILT_IN = (Real, Positive, Simplex, LowerCholesky)
 
 
 def unconstrain(constraints, params):

@@ -43,6 +43,7 @@ import numpy as np
 import optax
 
 from ...inference import crf
+from .linear_chain import LinearChainCRFParams
 
 __all__ = ["Vocab", "Batch", "BiLSTMCRF", "build_vocab", "encode", "make_batches",
            "sentence_nll", "batch_loss", "train", "frozen_features", "TrainResult"]
@@ -358,7 +359,6 @@ def crf_layer_params(model: BiLSTMCRF):
     """The network's CRF layer as :class:`~approxcv.models.LinearChainCRFParams` for
     ``LinearChainCRF(K)`` on ``kind="emissions"`` features: identity weights, zero bias,
     the trained transitions, start and stop scores (float64)."""
-    from .linear_chain import LinearChainCRFParams
     k = model.transitions.shape[0]
     f64 = lambda a: np.asarray(a, dtype=np.float64)   # noqa: E731
     return LinearChainCRFParams(np.eye(k), np.zeros(k), f64(model.transitions),

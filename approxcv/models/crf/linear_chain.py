@@ -56,6 +56,7 @@ from .. import constraints as C
 from ..base import Model, check_weights, left_out
 from .data import CRFBucket, CRFData, bucket_lengths
 from ..._compile import jit
+from ...problem import make_problem
 
 __all__ = ["LinearChainCRF", "LinearChainCRFParams", "CRFData", "CRFBucket"]
 
@@ -317,7 +318,6 @@ class LinearChainCRF(Model):
         Warns:
             ConvergenceWarning: the optimiser stopped before its criterion was met.
         """
-        from ...problem import make_problem
         data, level, n = self.prepare(data, level)
         largest = max(float(np.max(np.abs(np.asarray(b.features)))) for b in data.buckets)
         if largest > np.sqrt(np.finfo(np.float64).max / (data.num_tokens * self.n_labels)):

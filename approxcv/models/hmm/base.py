@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._validate import check_positive, check_positive_int
+from ..._validate import (as_real_array, check_counts as check_count_values, check_finite,
+                          check_positive, check_positive_int)
 from ...optim import batched_minimize
 from ...optim.newton import polish_rows
 from ...errors import (ArgumentTypeError, InvalidArgumentError,
@@ -32,6 +33,7 @@ from .windows import ChainWindows
 from ._occupancy import check_occupancy
 from .._transforms import dirichlet_log_prior
 from ..base import Model, check_weights, left_out
+from ...problem import flat_params, make_problem
 
 LEVELS = ("within", "structure")
 
@@ -275,7 +277,6 @@ class HMM(ChainWindows, Model):
 
     def _fit_problem(self, seqs, level, starts):
         """``(Problem at starts[0], (len(starts), D) unconstrained starts)`` of a fit."""
-        from ...problem import flat_params, make_problem
         obj = make_problem(self, seqs, starts[0], level=level, checked=True)
         return obj, np.stack([flat_params(self, p)[0] for p in starts])
 
@@ -369,13 +370,11 @@ class HMM(ChainWindows, Model):
 
 def check_counts(x, name: str) -> np.ndarray:
     """Validate a 1-D sequence of non-negative integer counts; return it as float64."""
-    from ..._validate import check_counts as check_count_values
     return check_count_values(name, check_array(x, name, 1, "i")).astype(np.float64)
 
 
 def check_array(x, name: str, ndim: int, dtype_kind: str = "f") -> np.ndarray:
     """Validate an array's rank, emptiness and finiteness; return it as float or int."""
-    from ..._validate import as_real_array, check_finite
     arr = as_real_array(name, x)
     if arr.ndim != ndim:
         raise InvalidDataError(f"`{name}` must have {ndim} dimension(s), got shape {arr.shape}")

@@ -33,6 +33,7 @@ from ...fitting import rows_in_threads
 from ...optim.em import batched_em
 from ...optim.newton import newton_polish
 from ...optim.quasi_newton import GTOL
+from ...problem import flat_params
 
 #: EM iterations at most, and the tolerance on the decrease of ``F`` per iteration
 #: (relative to the objective's scale, the number of observed steps); if a start is still
@@ -87,7 +88,6 @@ def closed_form_m_step(model, unravel, level: str):
     """
     if not model.closed_form_m_step():
         return None
-    from ...problem import flat_params
 
     def m_step(u, stats, seqs):
         params = unravel(u)

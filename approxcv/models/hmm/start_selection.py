@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from .em import EM_MAX_STEPS, em_solver
+from ...problem import flat_params, make_problem
 
 #: selection runs when the data have at least this many times ``start_subsample`` steps
 SUBSAMPLE_FACTOR = 4
@@ -77,7 +78,6 @@ def select_starts(model, seqs, level: str, starts: list) -> tuple[list, dict | N
     """``(starts for the full fit, record or None)``: EM from every start on the subsample
     and the endpoints :func:`keep_endpoints` keeps (module docstring); the starts unchanged
     and ``None`` where selection does not apply."""
-    from ...problem import flat_params, make_problem
     steps = model.start_subsample
     if steps is None or len(starts) < 2 or not model.fit_em:
         return starts, None

@@ -57,6 +57,8 @@ from .._transforms import (
 from .. import constraints as C
 from ._delaporte import event_log_likelihood
 from .base import HMM, Sequences, check_counts
+from .day_layout import day_layout, timestamps
+from ..._validate import check_positive, check_positive_int
 
 __all__ = [
     "CountSeries",
@@ -173,7 +175,6 @@ class TimeVaryingPoisson(HMM):
                 "day: 288 and 7); TimeVaryingPoisson.for_series(series) infers both from a "
                 "pandas Series with a DatetimeIndex")
         super().__init__(2, n_init=n_init, n_perturb=n_perturb, **kwargs)
-        from ..._validate import check_positive, check_positive_int
         self.slots_per_day = check_positive_int("slots_per_day", slots_per_day)
         self.days_per_week = check_positive_int("days_per_week", days_per_week)
         self.time_of_day = bool(time_of_day)
@@ -211,7 +212,6 @@ class TimeVaryingPoisson(HMM):
             InvalidDataError: timestamps not increasing, or dates with different numbers of
                 slots or different start times (named).
         """
-        from .day_layout import day_layout, timestamps
         index = timestamps(series)
         for name in ("slots_per_day", "days_per_week"):
             if name in kwargs:

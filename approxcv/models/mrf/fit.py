@@ -32,6 +32,7 @@ from ...optim import batched_minimize
 from ...optim.em import batched_em
 from ...optim.newton import newton_polish, polish_rows
 from ...optim.quasi_newton import GTOL
+from ...problem import flat_params, make_problem
 
 #: EM tolerance on the decrease of ``F`` per iteration, relative to the number of sites;
 #: Newton steps after EM (ending at a gradient norm of ``STOP_GTOL * scale``)
@@ -59,7 +60,6 @@ def em_parts(model, unravel, scheme: str = "A"):
 @functools.lru_cache(maxsize=32)
 def closed_form_m_step(model, unravel):
     """``m_step(u, stats, data) -> u`` (module docstring) in the flat unconstrained layout."""
-    from ...problem import flat_params
 
     def m_step(u, stats, data):
         params = unravel(u)
@@ -80,7 +80,6 @@ def closed_form_m_step(model, unravel):
 def fit_potts(model, data):
     """Fit ``model`` on prepared ``data`` from its ``n_init`` starts (module docstring);
     returns the constrained parameters and sets ``model.fit_result_``."""
-    from ...problem import flat_params, make_problem
     n = model.n_sites
     starts = model.init_params(data, None, model.n_init, model.seed)
     problem = make_problem(model, data, starts[0], checked=True)

@@ -40,6 +40,7 @@ from ...inference import elimination
 from .. import constraints as C
 from .._transforms import gamma_log_prior, inverse_gamma_log_prior, normal_log_prior
 from ..base import Model, check_weights
+from .fit import fit_potts
 
 __all__ = ["HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData"]
 
@@ -327,7 +328,6 @@ class HiddenPotts(Model):
         Raises:
             FitError: no start reached a finite objective.
         """
-        from .fit import fit_potts
         data, level, _ = self.prepare(data, level)
         return fit_potts(self, data)
 
