@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._version import __version__
 from ._cli_args import (DEFAULT_N_EXACT, DEFAULT_N_POINTS, MODELS, _BadOption, _fraction,
                         _int_at_least, _nonempty, _one_line, _Parser, validate)
 
@@ -197,6 +198,7 @@ def _error_estimates(ij, exact, df) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="approxcv", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"approxcv {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="IJ vs exact CV of an HMM on the shipped call-volume data")
     d.add_argument("--data", type=_nonempty,

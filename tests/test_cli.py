@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from approxcv import _cli_args as cli_args
-from approxcv import cli
+from approxcv import __version__, cli
 from approxcv.errors import FitError, InvalidArgumentError, InvalidDataError
 
 FILES = {
@@ -180,6 +180,11 @@ def test_out_mkdir_failure_names_out(workdir, capsys, monkeypatch):
 def test_no_subcommand_is_one_line(capsys):
     assert run([]) == 2
     assert_one_line_naming(capsys, "command")
+
+
+def test_version_prints_the_package_version(capsys):
+    assert run(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"approxcv {__version__}"
 
 
 def test_help_exits_0(capsys):
