@@ -18,9 +18,11 @@ the estimator cannot vouch for (:data:`CHECKS`):
 - ``quadrature`` (``q``): 48 and 96 Gauss-Hermite nodes differ by more than 0.01 nats;
 - WAIC's ``p_waic,i > 0.4`` (Vehtari, Gelman & Gabry 2017).
 
-:func:`marginal_pareto_k` adds, for ``q`` and ``tq`` (importance sampling from the marginal
-in disguise), the Pareto ``k_hat`` of the ratios ``1 / p(y_i | f)`` under ``q(f_i | D)``
-(flagged above 0.7).
+:func:`marginal_pareto_k` adds (in :func:`approxcv.bayes.loo`, for every estimator but
+``exact``) the Pareto ``k_hat`` of the ratios ``1 / p(y_i | f)`` under ``q(f_i | D)``,
+flagged above 0.7: Q-LOO and TQ-LOO are importance sampling from the marginal in disguise,
+and LA-LOO / EP-LOO / WAIC read a Gaussian marginal or cavity that a point moving the
+posterior that far is not carried by.
 
 - ``exact_cavity`` (Gaussian likelihood, eq. 30-31): ``v_-i = (1/Sigma_ii - 1/s^2)^-1``,
   ``mu_-i = v_-i (mu_i / Sigma_ii - y_i / s^2)``, ``lpd = log N(y_i | mu_-i, v_-i + s^2)``.
@@ -222,7 +224,8 @@ def marginal_pareto_k(fitted) -> np.ndarray:
     Gaussian marginal ``q(f_i | D)`` at each hyperparameter point, from
     :data:`PARETO_DRAWS` quantile draws ``f = m + sqrt(v) Phi^-1((k + 1/2) / draws)``
     (deterministic): Q-LOO and TQ-LOO are the limits of importance sampling with these
-    ratios, which cannot be trusted above ``k_hat = 0.7`` (the seed §3.6)."""
+    ratios, which cannot be trusted above ``k_hat = 0.7`` (the seed §3.6); NaN where a
+    log density is not finite."""
     z = stats.norm.ppf((np.arange(PARETO_DRAWS) + 0.5) / PARETO_DRAWS)
     lik, d = fitted.gp.lik, fitted.X.shape[1]
     mean, var = np.asarray(fitted.posterior.mean), np.asarray(fitted.posterior.var)
