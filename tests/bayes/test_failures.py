@@ -23,6 +23,7 @@ from scipy import integrate, stats
 from approxcv import bayes
 from approxcv.bayes import brute
 from approxcv.bayes import likelihoods as L
+from approxcv.bayes.covariance import kernel_matrix
 from approxcv.bayes.ep import ep_fit
 from approxcv.bayes.laplace import laplace_mode
 from approxcv.bayes.quadrature import tilted_moments
@@ -90,7 +91,6 @@ def test_ep_on_large_counts_reaches_a_checked_fixed_point(counts):
     assert bool(post.converged)
     assert np.all(np.isfinite(post.mean)) and np.all(post.var > 0)
     # one more sweep from the reported sites moves none of them: a fixed point
-    from approxcv.bayes.covariance import kernel_matrix
     K = kernel_matrix(jnp.asarray(THETA_POISSON), jnp.asarray(fitted.X))
     again = ep_fit(K, jnp.asarray(fitted.y), L.Poisson(), jnp.zeros(0), jnp.ones(N), post.tau,
                    post.nu, damping=1.0, max_iter=1)
@@ -167,7 +167,6 @@ def test_student_t_laplace_converges_on_repeated_inputs():
     y = np.sin(2 * x) + 0.1 * rng.normal(size=24)
     y[[2, 9]] += [3.0, -4.0]
     theta = np.array([np.log(0.1), np.log(0.1), 0.0, np.log(0.7), np.log(0.1)])
-    from approxcv.bayes.covariance import kernel_matrix
     K = kernel_matrix(jnp.asarray(theta[:4]), jnp.asarray(x[:, None]))
     assert not np.all(np.isfinite(np.asarray(jnp.linalg.cholesky(K))))   # singular K
     fitted = bayes.GP("student_t").fit(x[:, None], y, hyper=theta[None])
@@ -191,3 +190,18 @@ def test_brute_force_options_refused_by_fast_methods(counts, tmp_path):
             bayes.loo(fitted, "la", **kw)
     with pytest.raises(InvalidArgumentError, match="batch_size"):
         bayes.loo(fitted, "brute", batch_size=0)
+
+
+def test_loo_warns_and_lists_points_it_cannot_vouch_for():
+    """Repeated inputs with different targets and a noise sd of 1e-5: the full-data
+    posterior and every refit fail their convergence checks; ``loo`` says so in a warning
+    (it used to list them only inside ``diagnostics``)."""
+    rng = np.random.default_rng(0)
+    x = np.repeat(rng.normal(size=8), 3)
+    y = np.sin(2 * x) + 0.3 * rng.normal(size=24)
+    theta = np.array([np.log(0.1), np.log(0.1), 0.0, np.log(0.7), np.log(1e-5)])
+    fitted = bayes.GP("gaussian").fit(x[:, None], y, hyper=theta[None])
+    for method in ("exact", "brute"):
+        with pytest.warns(UnreliableFoldWarning, match="24 of 24 points are unreliable"):
+            res = bayes.loo(fitted, method)
+        assert len(res.diagnostics["unreliable_folds"]) == 24
