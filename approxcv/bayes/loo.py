@@ -11,12 +11,9 @@ effective sample size. ``"is"`` uses the inference's own conditional estimator
 Unreliable points (``diagnostics["unreliable_causes"]``, :data:`CAUSES`): the estimator's
 own flags (:mod:`.estimators`), every point when the full-data posterior did not converge
 at some hyperparameter point (``"posterior_not_converged"``: a fast estimator has nothing
-to stand on), the marginal's Pareto ``k_hat > 0.7`` (every estimator but ``"exact"``;
+to stand on), the marginal's Pareto ``k_hat > 0.7`` (``"q"``, ``"tq"``;
 :func:`~approxcv.bayes.estimators.marginal_pareto_k`, averaged over the hyperparameter
-points with their weights: point ``i`` moves the posterior too far for a Gaussian cavity or
-marginal to carry its LOO density — on MASS ``quine`` the one LA-LOO point 2.1 nats from
-its refit has ``k_hat = 1.66``, and every point with ``k_hat <= 0.7`` is within 0.07
-nats), refits that
+points with their weights), refits that
 converged from no start (brute force), ``k_hat > 0.7`` (``"is"``) and any non-finite
 value. They are listed and named in one
 :class:`~approxcv.errors.UnreliableFoldWarning`, as ``cross_validate`` does.
@@ -48,12 +45,11 @@ FORMS = {"exact": ("cavity", "sk"), "la": ("cavity", "lr")}
 #: what each cause in ``diagnostics["unreliable_causes"]`` means (the warning's words)
 CAUSES = {
     "estimator": "flagged by the estimator's own checks (non-finite, improper or "
-                 "wider-than-prior cavity, far from the cavity estimate, unresolved "
-                 "quadrature, p_waic > 0.4)",
+                 "wider-than-prior cavity, other sites moving with the point left out, far "
+                 "from the cavity estimate, unresolved quadrature, p_waic > 0.4)",
     "posterior_not_converged": "on a full-data posterior that did not converge",
     "pareto_k_marginal": "with Pareto k_hat > 0.7 of the ratios 1/p(y_i | f) under the "
-                         "marginal (the point moves the posterior too far for a Gaussian "
-                         "approximation to carry its LOO density)",
+                         "marginal (Q-LOO / TQ-LOO are importance sampling from it)",
     "not_converged": "brute-force refits that converged from no start",
     "non_finite": "non-finite refit values",
     "pareto_k": "with Pareto k_hat > 0.7 over hyperparameter points",
@@ -174,7 +170,7 @@ def loo(fitted, method: str = "la", *, form: str | None = None, executor=None,
                                 form=form or ("cavity" if estimator in FORMS else None))
         lpd_s, bad = np.asarray(lpd_s), np.asarray(bad)
         causes["estimator"] = bad.any(0)
-        if estimator != "exact":
+        if estimator in ("q", "tq"):
             k_marg = marginal_pareto_k(fitted)
             diagnostics["pareto_k_marginal"] = k_marg
             k_mean = np.asarray(fitted.weights) @ np.where(np.isfinite(k_marg), k_marg, np.inf)
