@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-__all__ = ["kernel_matrix", "n_kernel_params", "KERNEL_NAMES"]
+__all__ = ["kernel_matrix", "kernel_diag", "n_kernel_params", "KERNEL_NAMES"]
 
 KERNEL_NAMES = ("log_constant_var", "log_linear_var", "log_se_var")
 
@@ -30,3 +30,10 @@ def kernel_matrix(theta_k, X, Z=None):
     xs, zs = X / ls, Z / ls
     sq = (jnp.sum(xs ** 2, 1)[:, None] + jnp.sum(zs ** 2, 1)[None, :] - 2 * xs @ zs.T)
     return const + lin * (X @ Z.T) + se * jnp.exp(-0.5 * jnp.maximum(sq, 0.0))
+
+
+def kernel_diag(theta_k, X):
+    """``k(X_i, X_i)`` for every row, ``(n,)``, without forming ``K``:
+    ``s_c^2 + s_l^2 |x_i|^2 + s_e^2``."""
+    return (jnp.exp(theta_k[0]) + jnp.exp(theta_k[1]) * jnp.sum(X ** 2, 1)
+            + jnp.exp(theta_k[2]))

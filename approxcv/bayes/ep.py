@@ -7,11 +7,17 @@ tilted moments ``(log Z_i, m_i, v_i)`` of ``N(f | nu_-i/tau_-i, 1/tau_-i) p(y_i 
 (eq. 12), and moves every site a fraction ``damping`` towards
 ``tau_i' = 1/v_i - tau_-i``, ``nu_i' = m_i/v_i - nu_-i``. A site whose cavity would be
 improper (``tau_-i <= 0``, possible for Student-t) keeps its value. Points with weight
-0 keep zero sites: the posterior without them (brute-force LOO). A run has converged when
-a sweep moves no site by more than ``tol (1 + max_i max(|tau_i|, |nu_i|))``: relative to
-the sites' size, because on Boston's Student-t (sites up to |nu_i| = 113) the sweeps stall at
-changes of 3e-9 from rounding (the LOO densities then move by 3e-10), which an absolute
-1e-9 never passes.
+0 keep zero sites: the posterior without them (brute-force LOO). A run stops when one
+*undamped* update would move no site by more than ``tol (1 + max_i max(|tau_i|, |nu_i|))``
+(the residual of the fixed-point equations, not the damped step: with ``damping = 0.01``
+a step is a hundredth of it): relative to the sites' size, because on Boston's Student-t
+(sites up to |nu_i| = 113) the sweeps stall at changes of 3e-9 from rounding (the LOO
+densities then move by 3e-10), which an absolute 1e-9 never passes. It is reported
+**converged** only when that test holds *and* the fixed point is a proper, finite one,
+checked: every site, posterior mean and variance finite, every variance positive, every
+tilted normaliser finite, and no site's tilted moments failed in the last sweep — a run
+whose sites blew up (the relative test passes trivially at ``|site| ~ 1e296``) is not
+converged. ``damping`` in (0, 1] (0 would never move a site and "stop" at the start).
 
 **Power EP** (``eta`` in (0, 1], Minka 2004; the fractional EP of Jylanki et al. 2011):
 the cavity removes a fraction ``eta`` of each site, ``tau_-i = 1/Sigma_ii - eta tau_i``,
@@ -34,8 +40,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
+from ..errors import InvalidArgumentError
 from .quadrature import tilted_moments
 
 __all__ = ["EPState", "ep_posterior", "ep_marginals", "ep_fit", "ep_log_marginal", "cavity"]
@@ -93,16 +101,37 @@ def cavity(mu, var, tau, nu):
     return 1.0 / var - tau, mu / var - nu
 
 
+def _check_options(damping, max_iter, tol, eta):
+    """Named errors for EP's numeric options (Python numbers, fixed at trace time)."""
+    for name, value, ok in (("damping", damping, 0.0 < damping <= 1.0),
+                            ("eta", eta, 0.0 < eta <= 1.0), ("tol", tol, tol > 0.0)):
+        if not (isinstance(value, (int, float)) and np.isfinite(value) and ok):
+            bound = "> 0" if name == "tol" else "in (0, 1]"
+            raise InvalidArgumentError(f"EP's `{name}` must be a finite number {bound}, "
+                                       f"got {value!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise InvalidArgumentError(f"EP's `max_iter` must be an integer >= 1, got "
+                                   f"{max_iter!r}")
+
+
 def ep_fit(K, y, lik, phi, weights, tau0, nu0, damping: float = 0.5, max_iter: int = 500,
            tol: float = 1e-9, eta: float = 1.0):
     """Parallel damped (power) EP from sites ``(tau0, nu0)``; returns an :class:`EPState`
     (``log_z`` always at the full cavities, eta = 1). ``K`` and ``phi`` enter without
-    gradient."""
+    gradient. ``converged``: the fixed point test of the module docstring, checked.
+
+    Raises:
+        InvalidArgumentError: ``damping`` or ``eta`` outside (0, 1], ``tol <= 0``,
+            ``max_iter < 1``.
+    """
+    _check_options(damping, max_iter, tol, eta)
     K, phi = lax.stop_gradient(K), lax.stop_gradient(phi)
     on = weights > 0.5
 
-    def _sweep(tau, nu):
-        """New sites, a fraction ``damping`` of the way to one parallel (power-EP) update."""
+    def _targets(tau, nu):
+        """The undamped (power-EP) update of every site and whether it could be made:
+        ``(tau_t, nu_t, good, failed)``; ``failed``: a site with a proper cavity whose
+        tilted moments are not a proper Gaussian (non-finite, variance <= 0)."""
         mu, var = ep_marginals(K, tau, nu, lik.log_concave)
         tc, nc = cavity(mu, var, eta * tau, eta * nu)
         ok = on & (tc > 0)
@@ -111,34 +140,44 @@ def ep_fit(K, y, lik, phi, weights, tau0, nu0, damping: float = 0.5, max_iter: i
         tau_t, nu_t = (1.0 / v - tcs) / eta, (m / v - nc) / eta
         if lik.log_concave:
             tau_t = jnp.maximum(tau_t, 0.0)
-        good = ok & jnp.isfinite(tau_t) & jnp.isfinite(nu_t)
-        tau_new = jnp.where(good, (1 - damping) * tau + damping * tau_t, tau)
-        nu_new = jnp.where(good, (1 - damping) * nu + damping * nu_t, nu)
-        return jnp.where(on, tau_new, 0.0), jnp.where(on, nu_new, 0.0)
-
-    def _small(tau, nu, change):
-        """The stopping test: a sweep moved no site by more than ``tol (1 + max site)``."""
-        return change <= tol * (1.0 + jnp.maximum(jnp.max(jnp.abs(tau)),
-                                                  jnp.max(jnp.abs(nu))))
-
-    def _cond(state):
-        tau, nu, it, change = state
-        return ~_small(tau, nu, change) & (it < max_iter)
+        good = ok & jnp.isfinite(tau_t) & jnp.isfinite(nu_t) & (v > 0)
+        return tau_t, nu_t, good, ok & ~good
 
     def _body(state):
-        tau, nu, it, _ = state
-        tau_new, nu_new = _sweep(tau, nu)
-        change = jnp.maximum(jnp.max(jnp.abs(tau_new - tau)), jnp.max(jnp.abs(nu_new - nu)))
-        return tau_new, nu_new, it + 1, change
+        """One damped sweep; the undamped residual ``max |site' - site|`` of the sites
+        updated, and whether any site's update failed."""
+        tau, nu, it, _, _ = state
+        tau_t, nu_t, good, failed = _targets(tau, nu)
+        resid = jnp.max(jnp.where(good, jnp.maximum(jnp.abs(tau_t - tau),
+                                                     jnp.abs(nu_t - nu)), 0.0))
+        tau_new = jnp.where(good, (1 - damping) * tau + damping * tau_t, tau)
+        nu_new = jnp.where(good, (1 - damping) * nu + damping * nu_t, nu)
+        return (jnp.where(on, tau_new, 0.0), jnp.where(on, nu_new, 0.0), it + 1, resid,
+                jnp.any(failed))
+
+    def _small(tau, nu, resid):
+        """The stopping test: one undamped update would move no site by more than
+        ``tol (1 + max site)`` (a finite residual)."""
+        return jnp.isfinite(resid) & (resid <= tol * (1.0 + jnp.maximum(
+            jnp.max(jnp.abs(tau)), jnp.max(jnp.abs(nu)))))
+
+    def _cond(state):
+        tau, nu, it, resid, _ = state
+        return ~_small(tau, nu, resid) & (it < max_iter) & jnp.all(jnp.isfinite(tau)) \
+            & jnp.all(jnp.isfinite(nu))
 
     tau0, nu0 = jnp.where(on, tau0, 0.0), jnp.where(on, nu0, 0.0)
-    tau, nu, it, change = lax.while_loop(_cond, _body, (tau0, nu0, jnp.array(0),
-                                                        jnp.array(jnp.inf)))
+    tau, nu, it, resid, failed = lax.while_loop(
+        _cond, _body, (tau0, nu0, jnp.array(0), jnp.array(jnp.inf), jnp.array(False)))
     mu, var = ep_marginals(K, tau, nu, lik.log_concave)
     tc, nc = cavity(mu, var, tau, nu)
     tcs = jnp.where(tc > 0, tc, jnp.nan)
     log_z = tilted_moments(lik, y, phi, nc / tcs, 1.0 / tcs)[0]
-    return EPState(tau, nu, mu, var, log_z, _small(tau, nu, change), it)
+    finite = (jnp.all(jnp.isfinite(tau)) & jnp.all(jnp.isfinite(nu))
+              & jnp.all(jnp.isfinite(mu)) & jnp.all(jnp.isfinite(var)) & jnp.all(var > 0)
+              & jnp.all(jnp.where(on & (tc > 0), jnp.isfinite(log_z), True)))
+    converged = _small(tau, nu, resid) & finite & ~failed
+    return EPState(tau, nu, mu, var, log_z, converged, it)
 
 
 def ep_log_marginal(K, y, lik, phi, weights, tau, nu):

@@ -51,6 +51,20 @@ class GP:
     damping: float = 0.5
     eta: float = 1.0
 
+    def __post_init__(self):
+        """Every numeric option checked here, by name (a wrong one fails at construction,
+        not as a silently wrong fit: ``damping=0`` would never move an EP site)."""
+        _check_unit_interval("damping", self.damping,
+                             "the fraction of each EP update taken; 0 never moves a site")
+        _check_unit_interval("eta", self.eta, "power EP's fraction; 1 is plain EP")
+        if not _is_real(self.nu) or not (np.isfinite(self.nu) and self.nu > 0):
+            raise InvalidArgumentError(f"`nu` must be a finite number > 0, got {self.nu!r}")
+        if self.prior_sd is not None and (not _is_real(self.prior_sd) or not (
+                np.isfinite(self.prior_sd) and self.prior_sd > 0)):
+            raise InvalidArgumentError(f"`prior_sd` must be a finite number > 0 (or None: no "
+                                       f"prior), got {self.prior_sd!r}")
+        self.lik                                   # a named error for a bad likelihood
+
     @property
     def lik(self):
         if isinstance(self.likelihood, str) and self.likelihood == "student_t":
@@ -89,7 +103,7 @@ class GP:
         check_choice("inference", inference, INFERENCES)
         X, y = self._check(X, y)
         lik = self.lik
-        if not 0.0 < self.eta <= 1.0 or (self.eta != 1.0 and isinstance(hyper, str)):
+        if self.eta != 1.0 and isinstance(hyper, str):
             raise InvalidArgumentError(f"`eta` must be in (0, 1], and 1 unless `hyper` is "
                                        f"supplied draws; got eta={self.eta!r}, hyper={hyper!r}")
         p = n_kernel_params(X.shape[1]) + lik.n_params
@@ -98,10 +112,13 @@ class GP:
         map_result = None
         if isinstance(hyper, str):
             check_choice("hyper", hyper, ("map", "ccd"))
-            start = self.init_theta(X, y) if theta0 is None else np.asarray(theta0, float)
+            start = self.init_theta(X, y) if theta0 is None else _as_theta0(theta0)
             if start.shape != (p,):
                 raise InvalidArgumentError(f"`theta0` must have shape ({p},), got "
                                            f"{start.shape}")
+            if not np.all(np.isfinite(start)):
+                raise InvalidArgumentError(f"`theta0` must be finite (unconstrained log "
+                                           f"hyperparameters), got {start.tolist()}")
             theta_hat, map_result = fit_map(Xj, yj, lik, inference, start, self.prior_sd,
                                             self.damping)
             if hyper == "map":
@@ -114,11 +131,49 @@ class GP:
             hyper = "draws"
         posts = posteriors_at(points, Xj, yj, lik, inference, self.damping, eta=self.eta)
         jax.block_until_ready(posts)
+        if map_result is not None:
+            map_result = _checked_map(map_result, posts, len(y))
         fitted = FittedGP(self, X, y, inference, hyper, np.asarray(points),
                           np.asarray(weights), posts, map_result, time.perf_counter() - t0)
         if map_result is not None and not map_result.converged:
             _warn_map(fitted)
         return fitted
+
+
+#: type-II MAP's gradient norm per data point below which it counts as converged
+MAP_GTOL = 1e-4
+
+
+def _checked_map(res, posts, n):
+    """``res`` with ``converged`` meaning a finite point with a small gradient,
+    ``|grad| <= MAP_GTOL n``, at which the latent posterior converged — checked here, not
+    taken from the optimiser: its Cauchy test (the objective stopped changing) passed on a
+    kernel without a Cholesky factor whose mode search never moved, at ``|grad| = 1.39``;
+    and EP's objective, exact only to the sites' tolerance, can stall the Cauchy test at
+    ``|grad| = 2.4e-5`` (MASS ``quine``, n = 146), a point that is converged."""
+    ok = (np.isfinite(res.value) and np.all(np.isfinite(res.u))
+          and float(res.grad_norm) <= MAP_GTOL * n
+          and bool(np.asarray(posts.converged)[0]))
+    return res._replace(converged=np.asarray(ok))
+
+
+def _is_real(value) -> bool:
+    return (not isinstance(value, (bool, np.bool_, str, bytes)) and np.ndim(value) == 0
+            and isinstance(value, (int, float, np.integer, np.floating)))
+
+
+def _check_unit_interval(name, value, what):
+    if not _is_real(value) or not (np.isfinite(value) and 0.0 < value <= 1.0):
+        raise InvalidArgumentError(f"`{name}` must be a number in (0, 1] ({what}), got "
+                                   f"{value!r}")
+
+
+def _as_theta0(theta0):
+    try:
+        return np.asarray(theta0, dtype=float)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"`theta0` must be a numeric vector, got {theta0!r}") \
+            from None
 
 
 def _warn_map(fitted):
@@ -127,7 +182,9 @@ def _warn_map(fitted):
     (``fitted.extras["mode_curvature"]``): near 0, the search ran into a fold of the mode,
     where the Laplace log marginal likelihood is unbounded."""
     import warnings
-    msg = f"type-II MAP did not converge (gradient norm {float(fitted.map_result.grad_norm):.3g})"
+    msg = (f"type-II MAP did not converge (gradient norm "
+           f"{float(fitted.map_result.grad_norm):.3g}; latent posterior at its point "
+           f"converged: {bool(np.asarray(fitted.posterior.converged)[0])})")
     if fitted.inference == "laplace" and not fitted.gp.lik.log_concave:
         theta_k = jnp.asarray(fitted.points[0][:n_kernel_params(fitted.X.shape[1])])
         K = kernel_matrix(theta_k, jnp.asarray(fitted.X))

@@ -62,15 +62,42 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["LaplaceState", "site_derivatives", "laplace_mode", "posterior_variance",
-           "laplace_log_marginal", "mode_curvature", "GRAD_TOL"]
+           "laplace_log_marginal", "mode_curvature", "GRAD_TOL", "jittered_kernel",
+           "JITTER_LADDER"]
 
 #: damping ladder: step fractions tried per Newton iteration (log-concave likelihoods)
 _STEPS = 0.5 ** jnp.arange(10)
 #: the relative gradient size below which a mode counts as found
 GRAD_TOL = 1e-5
+#: jitters tried, relative to the mean of ``diag K``, when ``K`` has no Cholesky factor
+JITTER_LADDER = 10.0 ** jnp.arange(-12, -1)
+
+
+def jittered_kernel(K):
+    """``(K + j I, j)`` with ``j`` the least jitter (0, then :data:`JITTER_LADDER` times the
+    mean of ``diag K``) for which ``K + j I`` has a finite Cholesky factor. Repeated inputs
+    make ``K`` singular (rank = the number of distinct rows); without jitter its factor is
+    NaN and every step of a solve through it is refused. ``j`` is recorded
+    (``Posterior.jitter``); 0 where ``K`` factors as it is."""
+    K = lax.stop_gradient(K)
+    scale = jnp.mean(jnp.diag(K))
+    ladder = jnp.concatenate([jnp.zeros(1), scale * JITTER_LADDER])
+    eye = jnp.eye(K.shape[0])
+
+    def _factors(j):
+        return jnp.all(jnp.isfinite(jnp.diag(jnp.linalg.cholesky(K + j * eye))))
+
+    def _cond(k):
+        return (k < ladder.shape[0] - 1) & ~_factors(ladder[k])
+
+    k = lax.while_loop(_cond, lambda k: k + 1, jnp.array(0))
+    return K + ladder[k] * eye, ladder[k]
 
 
 class LaplaceState(NamedTuple):
@@ -258,8 +285,8 @@ def mode_curvature(K, W):
     ``|I + K W|``: positive at a local maximum of ``Psi``, 0 at a fold of the mode (where
     two modes merge). As it goes to 0 along a branch of modes, ``-log|I + K W| / 2`` and so
     the Laplace log marginal likelihood go to ``+infinity``: type-II MAP can run into it.
-    NaN when ``K`` has no Cholesky factor."""
-    C = jnp.linalg.cholesky(K)
+    ``K`` is jittered as by :func:`jittered_kernel` where it has no Cholesky factor."""
+    C = jnp.linalg.cholesky(jittered_kernel(K)[0])
     return jnp.linalg.eigvalsh(jnp.eye(K.shape[0]) + C.T @ (W[:, None] * C))[0]
 
 
@@ -281,6 +308,11 @@ def laplace_mode(K, y, lik, phi, weights, a0, max_iter: int = 200, tol: float = 
     """The mode search of the module docstring from ``a0``; returns a :class:`LaplaceState`
     (``converged``: small gradient, and for a non-log-concave likelihood a positive
     determinant of ``I + K W``). ``K`` and ``phi`` enter without gradient."""
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise InvalidArgumentError(f"Laplace's `max_iter` must be an integer >= 1, got "
+                                   f"{max_iter!r}")
+    if not isinstance(tol, (int, float)) or not (np.isfinite(tol) and tol > 0):
+        raise InvalidArgumentError(f"Laplace's `tol` must be a finite number > 0, got {tol!r}")
     K, phi = lax.stop_gradient(K), lax.stop_gradient(phi)
     if hasattr(lik, "gaussian_surrogate"):
         a0 = _better_start(K, y, lik, phi, weights, a0)

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 from .._compile import jit
 from .covariance import kernel_matrix, n_kernel_params
 from .ep import ep_fit, ep_log_marginal
-from .laplace import laplace_log_marginal, laplace_mode, posterior_variance
+from .laplace import (jittered_kernel, laplace_log_marginal, laplace_mode,
+                      posterior_variance)
 
 __all__ = ["Posterior", "latent_posterior", "log_marginal", "split_theta", "INFERENCES"]
 
@@ -28,7 +29,9 @@ class Posterior(NamedTuple):
     natural parameters (Laplace: ``tau = W``, ``nu = W f_hat + g``, eq. 14/16); g: Laplace's
     ``d log p / df`` at the mode (EP: zeros); log_z: EP's tilted log normalisers (eq. 36;
     Laplace: NaN); log_marginal: ``log q(y | theta)``; converged; iterations; warm: the state
-    a later run can start from."""
+    a later run can start from; jitter: added to ``diag K`` where ``K`` (repeated inputs)
+    had no Cholesky factor (Laplace with a likelihood that is not log-concave, the one
+    inference that factors ``K`` itself; 0 otherwise)."""
     mean: jax.Array
     var: jax.Array
     tau: jax.Array
@@ -39,6 +42,7 @@ class Posterior(NamedTuple):
     converged: jax.Array
     iterations: jax.Array
     warm: jax.Array
+    jitter: jax.Array
 
 
 def split_theta(theta, d: int):
@@ -48,20 +52,26 @@ def split_theta(theta, d: int):
 
 
 def _laplace(K, y, lik, phi, weights, warm, marginal):
+    jitter = jnp.array(0.0)
+    if not lik.log_concave:
+        K, jitter = jittered_kernel(K)
     s = laplace_mode(K, y, lik, phi, weights, warm)
     var = posterior_variance(K, s.W, lik.log_concave)
     lm = laplace_log_marginal(K, y, lik, phi, weights, s.a) if marginal else jnp.nan
     nan = jnp.full_like(s.f, jnp.nan)
-    converged = s.converged & jnp.all(var > 0)      # a local maximum: a proper Gaussian
+    # a local maximum: a proper Gaussian, a finite log marginal where one is computed
+    converged = s.converged & jnp.all(var > 0) & jnp.all(jnp.isfinite(var))
+    converged = converged & jnp.isfinite(lm) if marginal else converged
     return Posterior(s.f, var, s.W, s.W * s.f + s.g, s.g, nan, lm, converged, s.iterations,
-                     s.a)
+                     s.a, jitter)
 
 
 def _ep(K, y, lik, phi, weights, warm, damping, marginal, ep_tol, eta):
     s = ep_fit(K, y, lik, phi, weights, warm[0], warm[1], damping, tol=ep_tol, eta=eta)
     lm = ep_log_marginal(K, y, lik, phi, weights, s.tau, s.nu) if marginal else jnp.nan
-    return Posterior(s.mu, s.var, s.tau, s.nu, jnp.zeros_like(s.mu), s.log_z, lm, s.converged,
-                     s.iterations, jnp.stack([s.tau, s.nu]))
+    converged = s.converged & jnp.isfinite(lm) if marginal else s.converged
+    return Posterior(s.mu, s.var, s.tau, s.nu, jnp.zeros_like(s.mu), s.log_z, lm, converged,
+                     s.iterations, jnp.stack([s.tau, s.nu]), jnp.array(0.0))
 
 
 @functools.partial(jit, static_argnames=("lik", "inference", "damping", "marginal",
@@ -93,7 +103,7 @@ def log_marginal(theta, X, y, *, lik, inference: str, damping: float = 0.5):
                             cold_start(n, inference), lik=lik,
                             inference=inference, damping=damping)
     theta_k, phi = split_theta(theta, X.shape[1])
-    K = kernel_matrix(theta_k, X)
+    K = kernel_matrix(theta_k, X) + post.jitter * jnp.eye(n)
     ones = jnp.ones(n)
     if inference == "laplace":
         return laplace_log_marginal(K, y, lik, phi, ones, post.warm)

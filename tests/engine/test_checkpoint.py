@@ -349,10 +349,10 @@ def test_a_batch_file_copied_from_another_runs_checkpoint_is_refused(tmp_path):
 
 
 def test_the_approxcv_version_is_part_of_the_fingerprint(tmp_path, monkeypatch):
-    import approxcv
-    mine = approxcv.__version__
+    from approxcv.engine import checkpoint
+    mine = checkpoint.__version__
     assert open_ck(tmp_path / "ck").fingerprint["approxcv_version"] == mine
-    monkeypatch.setattr(approxcv, "__version__", "0.0.1")
+    monkeypatch.setattr(checkpoint, "__version__", "0.0.1")
     with pytest.raises(CheckpointError, match=rf"different approxcv_version \({mine}; this is "
                        r"0\.0\.1\)"):
         open_ck(tmp_path / "ck")
