@@ -87,6 +87,37 @@ class CVResult:
         bad = np.asarray(self.diagnostics.get("unreliable_folds", []), dtype=int)
         return np.isin(self.fold_ids, bad) | ~_finite_folds(self)
 
+    @property
+    def elpd_unit(self) -> str:
+        """``"point"`` when no unit is left out twice (leave-one-out, k-fold): the units of
+        :attr:`lpd` are the left-out units; else ``"fold"`` (overlapping folds, e.g. repeated
+        i.i.d. folds): the units are the folds, each with its joint log density."""
+        flat = np.concatenate([np.asarray(self.folds[i]) for i in range(len(self))])
+        return "point" if np.unique(flat).size == flat.size else "fold"
+
+    @property
+    def lpd(self) -> np.ndarray:
+        """The cross-validated log predictive densities, higher is better (ArviZ's
+        ``elpd_i``): ``log p(x_t | x_kept)`` of every left-out unit in fold order
+        (:attr:`elpd_unit` ``"point"``), or ``log p(x_o | x_kept)`` of every fold
+        (``"fold"``)."""
+        if self.elpd_unit == "fold":
+            return -np.asarray(self.fold_loss, float)
+        return -np.concatenate([np.asarray(p, float) for p in self.point_loss])
+
+    @property
+    def elpd(self) -> float:
+        """Expected log predictive density: ``sum(lpd)`` over left-out units (``"point"``),
+        or ``mean(lpd)`` per fold (``"fold"``); the ``elpd`` of :func:`compare`."""
+        lpd = self.lpd
+        return float(lpd.sum() if self.elpd_unit == "point" else lpd.mean())
+
+    @property
+    def se(self) -> float:
+        """Standard error of :attr:`elpd`: ``sqrt(n) sd(lpd)`` (``"point"``) or
+        ``sd(lpd) / sqrt(n)`` (``"fold"``), ``ddof=1``."""
+        return _paired_se(self.lpd, self.elpd_unit)
+
     def to_frame(self) -> pd.DataFrame:
         """One row per left-out unit: ``fold_id``, ``unit``, ``loss``, the fold's
         ``fold_loss`` and whether the fold is ``unreliable``."""
@@ -350,7 +381,7 @@ def _paired_se(values: np.ndarray, unit: str) -> float:
 
 
 def compare(results, *, on: str = "all", unit: str = "auto",
-                   check_data: bool = True) -> pd.DataFrame:
+            check_data: bool = True) -> pd.DataFrame:
     """Rank models by cross-validated expected log predictive density, with paired
     standard errors (the layout of ``arviz_stats.compare``).
 

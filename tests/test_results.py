@@ -30,7 +30,7 @@ def loo_pair():
 def test_point_unit_standard_errors_equal_a_hand_computation(loo_pair):
     folds, a, b = loo_pair
     table = acv.compare({"b": _result(folds, b[:, None]),
-                                "a": _result(folds, a[:, None])})
+                         "a": _result(folds, a[:, None])})
     assert table.attrs["unit"] == "point" and list(table.index) == ["a", "b"]
     n = a.size
     np.testing.assert_allclose(table.loc["a", "elpd"], -a.sum(), rtol=1e-12)
@@ -60,6 +60,25 @@ def test_point_unit_agrees_with_arviz_stats_compare(loo_pair):
                                theirs.loc["b", "dse"] * np.sqrt(n / (n - 1)), rtol=1e-9)
 
 
+
+def test_every_result_has_elpd_se_and_lpd_as_compare_ranks_it(loo_pair):
+    """``res.elpd``, ``res.se`` and ``res.lpd`` (higher is better) are what
+    :func:`acv.compare` ranks: sums over left-out units when no unit is left out twice,
+    fold means when folds overlap."""
+    folds, a, b = loo_pair
+    ra, rb = _result(folds, a[:, None]), _result(folds, b[:, None])
+    table = acv.compare({"a": ra, "b": rb})
+    for name, r in (("a", ra), ("b", rb)):
+        assert r.elpd_unit == "point"
+        np.testing.assert_allclose(r.lpd, -np.concatenate(r.point_loss), rtol=0)
+        np.testing.assert_allclose([r.elpd, r.se], table.loc[name, ["elpd", "se"]], rtol=1e-12)
+    folds = acv.folds.Folds([np.array([0, 1]), np.array([1, 2]), np.array([2, 3])], 4)
+    over = _result(folds, [np.array([0.5, 1.0]), np.array([0.2, 0.4]), np.array([1.5, 0.1])])
+    assert over.elpd_unit == "fold"
+    np.testing.assert_allclose(over.lpd, -over.fold_loss, rtol=0)
+    np.testing.assert_allclose(over.elpd, -np.mean(over.fold_loss), rtol=1e-15)
+    np.testing.assert_allclose(over.se, np.std(over.fold_loss, ddof=1) / np.sqrt(3),
+                               rtol=1e-12)
 def test_overlapping_folds_compare_fold_means_and_flag_unreliable_folds():
     folds = acv.folds.iid(30, 0.2, 12, seed=0)   # units recur across folds
     rng = np.random.default_rng(1)
@@ -101,7 +120,7 @@ def test_results_on_different_folds_or_units_are_refused(loo_pair):
 def test_plot_compare_draws_one_row_per_model(loo_pair, tmp_path):
     folds, a, b = loo_pair
     table = acv.compare({"a": _result(folds, a[:, None]),
-                                "b": _result(folds, b[:, None], unreliable=[0])})
+                         "b": _result(folds, b[:, None], unreliable=[0])})
     ax = acv.plot.compare(table, path=tmp_path / "compare.png")
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
     assert (tmp_path / "compare.png").stat().st_size > 0

@@ -34,22 +34,6 @@ class BayesLOOResult(CVResult):
         """``(n,)`` per-point losses ``-log p(y_i | x_i, D_-i)``."""
         return np.asarray(self.fold_loss, float)
 
-    @property
-    def lpd(self) -> np.ndarray:
-        """``(n,)`` LOO log predictive densities ``log p(y_i | x_i, D_-i)``."""
-        return -self.pointwise
-
-    @property
-    def elpd(self) -> float:
-        """Summed LOO log predictive density ``sum_i log p(y_i | x_i, D_-i)``."""
-        return float(np.sum(self.lpd))
-
-    @property
-    def se(self) -> float:
-        """Standard error of :attr:`elpd`: ``sqrt(n) sd(lpd_i)``."""
-        n = len(self.lpd)
-        return float(np.sqrt(n) * np.std(self.lpd, ddof=1))
-
     def to_frame(self):
         """One row per point (``CVResult.to_frame``) plus ``lpd`` and, where defined,
         ``pareto_k`` and ``ess``."""
