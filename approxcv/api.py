@@ -61,7 +61,9 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             (``diagnostics["error_estimate"]``, ``ij``/``ns``) exceeds it are unreliable,
             and ``"auto"`` refines them; ``max_exact``: most refits ``"auto"`` may spend;
             ``audit=k``: exact refits of ``k`` random folds, the measured error with a 95 %
-            confidence interval in ``diagnostics["audit"]``.
+            confidence interval in ``diagnostics["audit"]``; ``in_sample=True``: also the
+            held-out losses at the full-data fit, ``diagnostics["lpd_full"]`` (one more
+            held-out pass), from which ``to_arviz()`` reports ``p = lpd - elpd``.
 
     Returns:
         :class:`~approxcv.results.CVResult`; folds a method cannot vouch for are listed in
@@ -135,6 +137,15 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)
         stages["error_estimate"] = (stages.get("error_estimate", 0.0)
                                     + time.perf_counter() - t_est)
+    if opts.in_sample:                       # log p(x_o | x_kept; theta_full): p = lpd - elpd
+        t_in = time.perf_counter()
+        full = np.broadcast_to(np.asarray(problem.u_full), (len(folds), problem.u_full.shape[0]))
+        _, points_full = heldout_losses(problem, np.ascontiguousarray(full), index,
+                                        opts.batch_size, opts.progress)
+        points_full = np.asarray(points_full)
+        diagnostics["lpd_full"] = -np.concatenate(
+            [points_full[i, :size] for i, size in enumerate(folds.sizes)])
+        stages["in_sample"] = time.perf_counter() - t_in
     if opts.audit:
         t_audit = time.perf_counter()
         diagnostics["audit"] = audit_folds(problem, folds, fold_loss, opts)

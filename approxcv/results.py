@@ -170,10 +170,10 @@ class CVResult:
         ``diagnostics["p_loo"]`` where a method reports it, else ``sum(lpd_full) - elpd``
         where ``diagnostics["lpd_full"]`` holds the in-sample log densities of the left-out
         units (``log p(x_t | x_kept; theta_full)``, one per unit in the order of
-        ``elpd_i``). Neither is recorded by ``cross_validate``: the in-sample densities of
-        every fold would cost another held-out pass (a third of an IJ run); there ``p`` is
-        NaN, which ``arviz_stats.compare`` shows as its ``p`` column and uses for nothing
-        else (ranks, differences and standard errors do not depend on it).
+        ``elpd_i``): ``cross_validate(..., in_sample=True)`` records it (one more held-out
+        pass, about a third of an IJ run, so it is not the default). Without either ``p``
+        is NaN ("not computed"), which ``arviz_stats.compare`` shows as its ``p`` column and
+        uses for nothing else (ranks, differences and standard errors do not depend on it).
 
         Raises:
             ImportError: arviz-stats (a dependency of approxcv) is not installed.

@@ -227,3 +227,28 @@ def test_to_arviz_fills_p_from_the_in_sample_density_and_flags_nan_folds(loo_pai
     nan = b.copy()
     nan[2] = np.nan
     assert _result(folds, nan[:, None]).to_arviz().warning   # unflagged NaN fold: a warning
+
+
+def _full_fit(problem, folds, options):
+    """A method whose every fold keeps the full-data fit (its held-out losses are the
+    in-sample ones)."""
+    return np.tile(np.asarray(problem.u_full), (len(folds), 1)), {}
+
+
+def test_in_sample_records_lpd_at_the_full_fit_and_fills_p(ridge_runs):
+    acv.register_method("_full_fit_test", _full_fit)
+    model, data = acv.models.Ridge(lam=1.0), (ridge_runs["X"], ridge_runs["y"])
+    params = model.fit(data)
+    folds = acv.folds.kfold(len(data[1]), 5)
+    res = acv.cross_validate(model, data, folds, "ns", params=params, in_sample=True,
+                             progress=False, warn=False)
+    full = acv.cross_validate(model, data, folds, "_full_fit_test", params=params,
+                              progress=False, warn=False)
+    np.testing.assert_allclose(res.diagnostics["lpd_full"], full.lpd, rtol=1e-12)
+    p = res.to_arviz().p
+    np.testing.assert_allclose(p, full.lpd.sum() - res.elpd, rtol=1e-12)
+    assert 0 < p < 2 + 1 + 1               # about the 2 coefficients and the intercept
+    assert np.isnan(acv.cross_validate(model, data, folds, "ns", params=params,
+                                       progress=False, warn=False).to_arviz().p)
+    with pytest.raises(InvalidArgumentError, match="in_sample"):
+        acv.cross_validate(model, data, folds, "ns", params=params, in_sample=1)

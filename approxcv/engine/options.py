@@ -38,7 +38,9 @@ class Options:
     exact refits ``"auto"`` may spend (``None``: no limit); audit: exact refits of this many
     random folds to measure the error of a method; hessian_diagonal: ``lambda >= 0`` added to
     the diagonal of ``H`` by ``ij`` (dense) before factoring, to keep it invertible far from
-    an optimum (recorded); extra: method-specific settings of user methods.
+    an optimum (recorded); in_sample: also the held-out losses at the full-data fit
+    (``diagnostics["lpd_full"]``: ``p = lpd - elpd`` in ``to_arviz()``); extra:
+    method-specific settings of user methods.
 
     Every field is checked on construction (:func:`check_options`): a value out of range
     raises :class:`~approxcv.errors.InvalidArgumentError` naming the option.
@@ -61,6 +63,7 @@ class Options:
     max_exact: int | None = None
     audit: int = 0
     hessian_diagonal: float = 0.0
+    in_sample: bool = False
     extra: Any = None
 
     def __post_init__(self):
@@ -100,6 +103,9 @@ def check_options(options: Options) -> None:
     if options.max_exact is not None:
         check_positive_int("max_exact", options.max_exact, 0)
     check_positive_int("audit", options.audit, 0)
+    if not isinstance(options.in_sample, bool):
+        raise InvalidArgumentError(
+            f"`in_sample` must be True or False, got {options.in_sample!r}")
     lam = options.hessian_diagonal
     if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0 <= lam < float("inf"):
         raise InvalidArgumentError(
