@@ -40,7 +40,7 @@ from .folds import as_folds
 from .models.base import check_model
 from .results import compare
 
-__all__ = ["select", "Selection", "rank_entries", "warn_entries", "all_failed",
+__all__ = ["select", "Selection", "rank_entries", "warn_entries", "all_failed", "entry_flags",
            "EntryFailure"]
 
 
@@ -144,7 +144,7 @@ def _fit_converged(record) -> bool:
     return bool(np.any(np.asarray(record["converged"])))
 
 
-def _flags(res, converged: bool) -> str:
+def entry_flags(res, converged: bool) -> str:
     """Why an entry's numbers should not be trusted (``Selection.table``'s ``flag``)."""
     d = res.diagnostics
     out = []
@@ -304,7 +304,7 @@ def select(model_factory, grid, data, folds, method: str | None = None, *, execu
     if not ran:
         raise all_failed(outs, failures)
     results = {lab: out[1] for lab, out in ran.items()}
-    table = rank_entries(results, {lab: _flags(results[lab], ran[lab][3]) for lab in ran},
+    table = rank_entries(results, {lab: entry_flags(results[lab], ran[lab][3]) for lab in ran},
                          failures, entries)
     warn_entries("select", failures, table)
     return Selection(table=table, results=results,

@@ -40,6 +40,12 @@ class SCLFit:
         return np.asarray(self.params.theta)
 
     @property
+    def converged(self) -> bool:
+        """``False`` where the (last) fit stopped before its criterion or the data do not
+        bound some parameters (``SCLModel.fit``'s ``fit_result_``)."""
+        return bool((self.model.fit_result_ or {}).get("converged", True))
+
+    @property
     def n(self) -> int:
         return int(self.data.coef.shape[0])
 
