@@ -1,4 +1,5 @@
-"""``select``: fit and cross-validate every point of a hyperparameter grid, then rank them.
+"""``select``: fit and cross-validate every point of a hyperparameter grid, then rank them;
+the :class:`Selection` it returns (also :func:`approxcv.composite.select_policy`'s).
 
 For each grid entry ``label -> hp`` the model ``model_factory(**hp)`` is built here (so a
 factory that raises is reported with the entry's label before any work is sent), then one
@@ -39,35 +40,44 @@ from .folds import as_folds
 from .models.base import check_model
 from .results import compare
 
-__all__ = ["select", "Selection"]
+__all__ = ["select", "Selection", "rank_entries", "warn_entries", "all_failed", "entry_flags",
+           "EntryFailure"]
 
 
 @dataclass
 class Selection:
-    """What :func:`select` produced.
+    """A ranking of candidate models by cross-validation: what :func:`select` (a grid of
+    hyperparameters) and :func:`approxcv.composite.select_policy` (SCL policies) produce.
 
     Attributes:
-        table: one row per grid entry: the ranking of
+        table: one row per entry (indexed by its label): the ranking of
             :func:`~approxcv.results.compare` (best first: ``rank``, ``elpd``,
             ``se``, ``elpd_diff``, ``dse``, ``n_units``, ``n_unreliable``, ``warning``,
-            ``method``), then ``n_params`` (free parameters of the fit), ``flag`` (why the
+            ``method``; ``elpd`` is the expected log predictive density, higher is
+            better), then ``n_params`` (free parameters of the fit), ``flag`` (why the
             entry's numbers should not be trusted, ``""`` if nothing: ``over-parameterised``
             when ``n_params >= n_units``, ``fit not converged``, ``Hessian not positive
             definite``) and ``error`` (``"Type in fit: message"`` or ``"Type in
             cross_validate: message"``, the exception that stopped a failed entry, ``""``
             otherwise; failed entries come last, without ``rank`` or
-            ``elpd``), with one column per hyperparameter appended. ``n_unreliable``
+            ``elpd``), then the entry's own columns: one per hyperparameter (:func:`select`)
+            or the policy's (:func:`~approxcv.composite.select_policy`: ``position``,
+            ``cost``, ...). ``n_unreliable``
             counts the row's own unreliable folds; ``warning`` is set where the row rests
             on an unreliable fold of its own *or* where its unreliable folds differ from
             the best entry's (its ``elpd_diff`` and ``dse`` then touch the best entry's
             unreliable folds), so it can be set on a row with ``n_unreliable == 0``.
-        results: ``{label: CVResult}`` of the entries that ran, in grid order.
+        results: ``{label: CVResult}`` of the entries that ran, in entry order.
         params: ``{label: fitted full-data parameters}`` of those entries.
-        models: ``{label: model}`` (every entry).
-        hyperparameters: ``{label: dict of hyperparameters}`` (every entry).
+        models: ``{label: model}`` (every entry; for a policy, its fitted ``SCLModel``, so
+            only the entries that ran).
+        hyperparameters: ``{label: dict}``, what tells the entries apart (every entry):
+            the grid's hyperparameters, or ``{"policy": Policy}``.
         fit_seconds: ``{label: seconds of the full-data fit}`` of the entries that ran.
         failures: ``{label: "Type in stage: message"}`` of the entries whose fit or
             cross-validation raised.
+        exact_results: ``{label: CVResult}`` of exact CV run as a check of the method
+            (``select_policy(check=True)``), else empty.
     """
     table: pd.DataFrame
     results: dict
@@ -76,6 +86,7 @@ class Selection:
     hyperparameters: dict
     fit_seconds: dict
     failures: dict = dataclasses.field(default_factory=dict)
+    exact_results: dict = dataclasses.field(default_factory=dict)
 
     @property
     def best(self) -> str:
@@ -133,7 +144,7 @@ def _fit_converged(record) -> bool:
     return bool(np.any(np.asarray(record["converged"])))
 
 
-def _flags(res, converged: bool) -> str:
+def entry_flags(res, converged: bool) -> str:
     """Why an entry's numbers should not be trusted (``Selection.table``'s ``flag``)."""
     d = res.diagnostics
     out = []
@@ -291,12 +302,42 @@ def select(model_factory, grid, data, folds, method: str | None = None, *, execu
     failures = {lab: str(out) for lab, out in zip(labels, outs) if isinstance(out, EntryFailure)}
     ran = {lab: out for lab, out in zip(labels, outs) if not isinstance(out, EntryFailure)}
     if not ran:
-        raise _all_failed(outs, failures)
+        raise all_failed(outs, failures)
     results = {lab: out[1] for lab, out in ran.items()}
-    ranked = compare(results)
+    table = rank_entries(results, {lab: entry_flags(results[lab], ran[lab][3]) for lab in ran},
+                         failures, entries)
+    warn_entries("select", failures, table)
+    return Selection(table=table, results=results,
+                     params={lab: out[0] for lab, out in ran.items()},
+                     models=models, hyperparameters=entries,
+                     fit_seconds={lab: out[2] for lab, out in ran.items()},
+                     failures=failures)
+
+
+def all_failed(outs, failures: Mapping, noun: str = "grid entry") -> Exception:
+    """The error of a grid in which every entry failed: the entries' common approxcv error
+    class where they share one (e.g. an option every ``cross_validate`` refused), else
+    :class:`~approxcv.errors.FitError`; the message gives each entry's exception."""
+    kinds = {out.error_type for out in outs}
+    cls = getattr(_errors, kinds.pop(), None) if len(kinds) == 1 else None
+    if not (isinstance(cls, type) and issubclass(cls, ApproxCVError)):
+        cls = FitError
+    return cls(f"every {noun} failed: " + "; ".join(
+        f"{lab!r}: {msg}" for lab, msg in failures.items()))
+
+
+def rank_entries(results: Mapping, flags: Mapping, failures: Mapping,
+                 columns: Mapping) -> pd.DataFrame:
+    """The table of a :class:`Selection`: :func:`~approxcv.results.compare` of ``results``
+    (``{label: CVResult}``, best first), then ``n_params``, ``flag`` (``flags[label]``),
+    ``error`` (``failures[label]``, ``""`` for the entries that ran; failed entries come
+    last, without ``rank`` or ``elpd``), then one column per key of ``columns`` (``{label:
+    {name: value}}``, every entry; a name that is already a column is skipped).
+    ``attrs`` are :func:`~approxcv.results.compare`'s."""
+    ranked = compare(dict(results))
     ranked["n_params"] = [int(results[lab].diagnostics.get("num_params", -1))
                           for lab in ranked.index]
-    ranked["flag"] = [_flags(results[lab], ran[lab][3]) for lab in ranked.index]
+    ranked["flag"] = [flags.get(lab, "") for lab in ranked.index]
     ranked["error"] = ""
     failed = pd.DataFrame({"flag": "", "error": list(failures.values())},
                           index=pd.Index(list(failures), name=ranked.index.name))
@@ -306,38 +347,22 @@ def select(model_factory, grid, data, folds, method: str | None = None, *, execu
             | {"warning": "boolean"})
     else:
         table = ranked
-    hp = pd.DataFrame.from_dict(entries, orient="index").reindex(table.index)
-    table = table.join(hp.drop(columns=[c for c in hp.columns if c in table.columns]))
+    extra = pd.DataFrame.from_dict(dict(columns), orient="index").reindex(table.index)
+    table = table.join(extra.drop(columns=[c for c in extra.columns if c in table.columns]))
     table.attrs = dict(ranked.attrs)
-    _warn_entries(failures, table)
-    return Selection(table=table, results=results,
-                     params={lab: out[0] for lab, out in ran.items()},
-                     models=models, hyperparameters=entries,
-                     fit_seconds={lab: out[2] for lab, out in ran.items()},
-                     failures=failures)
+    return table
 
 
-def _all_failed(outs, failures: dict) -> Exception:
-    """The error of a grid in which every entry failed: the entries' common approxcv error
-    class where they share one (e.g. an option every ``cross_validate`` refused), else
-    :class:`~approxcv.errors.FitError`; the message gives each entry's exception."""
-    kinds = {out.error_type for out in outs}
-    cls = getattr(_errors, kinds.pop(), None) if len(kinds) == 1 else None
-    if not (isinstance(cls, type) and issubclass(cls, ApproxCVError)):
-        cls = FitError
-    return cls("every grid entry failed: " + "; ".join(
-        f"{lab!r}: {msg}" for lab, msg in failures.items()))
-
-
-def _warn_entries(failures: dict, table: pd.DataFrame) -> None:
-    """One :class:`~approxcv.errors.GridEntryWarning` naming the failed and the flagged
-    entries."""
+def warn_entries(who: str, failures: Mapping, table: pd.DataFrame,
+                 noun: str = "grid entries") -> None:
+    """One :class:`~approxcv.errors.GridEntryWarning`, prefixed ``who``, naming the failed
+    and the flagged entries (``noun``) of a :class:`Selection`'s table."""
     flagged = {lab: f for lab, f in table["flag"].items() if f}
-    parts = [f"{len(failures)} of {len(table)} grid entries failed and are not ranked ("
+    parts = [f"{len(failures)} of {len(table)} {noun} failed and are not ranked ("
              + "; ".join(f"{lab!r}: {msg}" for lab, msg in failures.items()) + ")"
              ] if failures else []
     if flagged:
         parts.append("flagged (see the table's `flag`): " + "; ".join(
             f"{lab!r}: {f}" for lab, f in flagged.items()))
     if parts:
-        warnings.warn("select: " + ". ".join(parts), GridEntryWarning, stacklevel=3)
+        warnings.warn(f"{who}: " + ". ".join(parts), GridEntryWarning, stacklevel=3)

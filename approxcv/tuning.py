@@ -15,7 +15,9 @@ is :func:`approxcv.cross_validate`; this module only tunes.
   :data:`NEWTON_MAX_WEIGHTS` weights), or runs Algorithm 1 (full gradient) or Algorithm 2
   (stochastic: a random mini-batch of LOO terms per step) of the seed paper with an optax
   optimiser, refitting warm-started at every step; it returns the path as a DataFrame and
-  the :class:`~approxcv.results.CVResult` of leave-one-out CV at the best weights.
+  the :class:`~approxcv.results.CVResult` of leave-one-out CV at the best weights
+  (``cv_result``, with its ``elpd`` and ``se`` on the package's scale: higher is better),
+  which :func:`approxcv.compare` ranks beside any other model's.
 
 Example:
     >>> import numpy as np
@@ -24,8 +26,8 @@ Example:
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(60, 5)); y = X[:, 0] + rng.normal(size=60)
     >>> out = tune_regularization(Ridge(np.ones(5)), (X, y), np.ones(5), max_iter=20)
-    >>> out.best_lam.shape, out.cv.method
-    ((5,), 'ns')
+    >>> out.best_lam.shape, out.cv_result.method, out.elpd == -60 * out.best_acv
+    ((5,), 'ns', True)
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from .engine.registry import get_method
 from .errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
                      NotPositiveDefiniteError)
 from .folds import leave_one_out
-from .results import CVResult
+from .results import CVResult, compare
 from .tuning_gradient import GRADIENTS, _problem_gradient, aloocv_gradient
 from .api import cross_validate
 from .tuning_newton import newton_tune
@@ -55,6 +57,14 @@ __all__ = ["aloocv_gradient", "TuneResult", "tune_regularization", "resolve_algo
 class TuneResult:
     """Outcome of :func:`tune_regularization`.
 
+    Two scales, as in the rest of the package: the path records ALOOCV, the mean held-out
+    *loss* the tuning minimises (``acv``: lower is better); the result at the best weights
+    is a :class:`~approxcv.results.CVResult` (:attr:`cv_result`) whose :attr:`elpd` (expected
+    log predictive density, ``-sum`` of the left-out losses: higher is better) and
+    :attr:`se` are those of :func:`approxcv.compare`, which ranks it beside any other
+    model's result on the same data and folds (``acv.compare({"tuned": out.cv_result,
+    ...})``). With the default ``method="ns"``, ``elpd == -n * best_acv``.
+
     Attributes:
         path: DataFrame, one row per iteration: ``iteration``, ``acv`` (estimate used for
             the step: full or mini-batch), ``acv_full`` (full ALOOCV, NaN where not
@@ -62,12 +72,13 @@ class TuneResult:
             ``test_loss`` (if test data were given), ``support_size`` (elastic net), and
             the weights ``lam`` (one weight) or ``lam_0 .. lam_{m-1}``.
         best_lam: ``(m,)`` weights with the smallest full ALOOCV on the path.
-        best_acv: that ALOOCV.
+        best_acv: that ALOOCV (a mean loss per sample: lower is better).
         best_params: the fit at ``best_lam``.
         model: ``model.with_lam(best_lam)``.
-        cv: :class:`~approxcv.results.CVResult` of leave-one-out CV of ``model`` at
+        cv_result: :class:`~approxcv.results.CVResult` of leave-one-out CV of ``model`` at
             ``best_params`` by ``method`` (default ``"ns"``: its mean fold loss is
-            ``best_acv``); computed at the first access.
+            ``best_acv``); computed at the first access (the tuning itself does not pay
+            for it).
         algorithm, gradient: the settings used (``algorithm`` as resolved from
             ``"auto"``).
         converged: the tuning's own stopping test was met (``"newton"``: the gradient
@@ -86,12 +97,25 @@ class TuneResult:
     _cv: object = field(default=None, repr=False)
 
     @property
-    def cv(self) -> CVResult:
+    def cv_result(self) -> CVResult:
         """Leave-one-out :class:`~approxcv.results.CVResult` at the best weights (computed
         once, at the first access)."""
         if self._cv is None:
             self._cv = self._cv_thunk()
         return self._cv
+
+    @property
+    def elpd(self) -> float:
+        """Expected log predictive density of leave-one-out CV at the best weights,
+        ``sum_i -loss_i`` over the samples (higher is better; :func:`approxcv.compare`'s
+        ``elpd`` of :attr:`cv_result`, computed at its first access)."""
+        return float(compare({"tuned": self.cv_result})["elpd"].iloc[0])
+
+    @property
+    def se(self) -> float:
+        """Standard error of :attr:`elpd`, ``sqrt(n) sd(-loss_i)`` (:func:`approxcv.compare`'s
+        ``se``)."""
+        return float(compare({"tuned": self.cv_result})["se"].iloc[0])
 
     @property
     def lam_path(self) -> np.ndarray:
@@ -240,15 +264,16 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
         tol: stop early when the full ALOOCV changes by less than ``tol`` (relative).
         test_data: optional ``(X_test, y_test)``; the out-of-sample loss is recorded.
         method: the ``cross_validate`` method of the leave-one-out :class:`CVResult` at the
-            best weights (``TuneResult.cv``); ``"ns"`` (ALOOCV, default) is what the path
+            best weights (``TuneResult.cv_result``); ``"ns"`` (ALOOCV, default) is what the path
             descends. ``"ij"`` under-corrects at weak regularisation (docs/erm.md).
         warn: warn when the elastic-net support changes along the path.
 
     Returns:
-        :class:`TuneResult`.
+        :class:`TuneResult`: the path (ALOOCV, a loss: lower is better) and, at the best
+        weights, ``cv_result`` (a :class:`~approxcv.results.CVResult`), ``elpd`` and
+        ``se`` (higher is better, as everywhere in the package).
     """
     import optax
-
 
     algorithm = resolve_algorithm(model, algorithm)
     check_choice("gradient", gradient, GRADIENTS)
@@ -262,7 +287,9 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
     test = model.prepare(test_data)[0] if test_data is not None else None
 
     def cv_thunk_for(best_model, best_params):
-        return lambda: cross_validate(best_model, prepared, leave_one_out(n), method,
+        # on the user's data, not the prepared arrays: the result records their digest,
+        # so acv.compare ranks it beside results of other models on the same data
+        return lambda: cross_validate(best_model, data, leave_one_out(n), method,
                                       params=best_params, progress=False, warn=warn)
     if algorithm == "newton":
         return _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for)

@@ -167,17 +167,18 @@ def selection_experiment(train, test, lams, betas, folds_k=5):
     folds = acv.folds.kfold(len(tr), folds_k, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        df = scl.select_policy(bm, tr, named, folds, "ij", prior_var=PRIOR_VAR, check=True,
-                               max_steps=MAX_STEPS)
+        sel = scl.select_policy(bm, tr, named, folds, "ij", prior_var=PRIOR_VAR, check=True,
+                                max_steps=MAX_STEPS)
     # the fits select_policy made (seed 0, the same prior and steps), not refitted
-    test_ppl = {name: float(np.exp(test_nll_per_token(bm, theta, te)))
-                for name, theta in df.attrs["theta"].items()}
+    test_ppl = {name: float(np.exp(test_nll_per_token(bm, params.theta, te)))
+                for name, params in sel.params.items()}
+    df = sel.table.reset_index().rename(columns={"model": "policy"})
     df["test_ppl"] = df["policy"].map(test_ppl)
     best = min(test_ppl, key=test_ppl.get)
-    spearman = df[["cv_loss", "exact_loss"]].rank().corr().iloc[0, 1]
-    return {"table": df.to_dict("records"), "ij_choice": df.attrs["choice"],
-            "exact_choice": df.sort_values("exact_loss")["policy"].iloc[0],
-            "test_best": best, "test_ppl_of_ij_choice": test_ppl[df.attrs["choice"]],
+    spearman = df[["elpd", "exact_elpd"]].rank().corr().iloc[0, 1]
+    return {"table": df.to_dict("records"), "ij_choice": sel.best,
+            "exact_choice": df.sort_values("exact_rank")["policy"].iloc[0],
+            "test_best": best, "test_ppl_of_ij_choice": test_ppl[sel.best],
             "test_ppl_best": test_ppl[best],
             "ij_seconds": float(df["cv_seconds"].sum()),
             "exact_seconds": float(df["exact_seconds"].sum()),

@@ -152,8 +152,8 @@ def test_algorithm_1_tunes_per_coordinate_ridge():
     assert np.exp(np.mean(np.log(lam[3:]))) > 3 * np.exp(np.mean(np.log(lam[:3])))
     # the best model is refitted at best_lam; its leave-one-out CVResult is NS (ALOOCV),
     # whose mean is the recorded best ALOOCV
-    assert res.cv.method == "ns" and len(res.cv.fold_loss) == 80
-    assert res.cv.fold_loss.mean() == pytest.approx(res.best_acv, rel=1e-8)
+    assert res.cv_result.method == "ns" and len(res.cv_result.fold_loss) == 80
+    assert res.cv_result.fold_loss.mean() == pytest.approx(res.best_acv, rel=1e-8)
 
 
 @pytest.mark.filterwarnings("ignore::approxcv.models.erm.elastic_net.SupportChangeWarning")
@@ -167,8 +167,8 @@ def test_algorithm_2_and_elastic_net(ridge_data):
     assert "support_size" in path and res.best_lam.shape == (2,)
     assert path["acv_full"].iloc[-1] <= path["acv_full"].iloc[0]
     # the CVResult at the best weights: NS on the support surrogate, full layout
-    assert res.cv.params.coef.shape == (30, 4) and "support_change" in res.cv.diagnostics
-    assert res.cv.fold_loss.mean() == pytest.approx(res.best_acv, rel=1e-8)
+    assert res.cv_result.params.coef.shape == (30, 4) and "support_change" in res.cv_result.diagnostics
+    assert res.cv_result.fold_loss.mean() == pytest.approx(res.best_acv, rel=1e-8)
 
 
 def test_tuning_argument_errors(ridge_data):
@@ -216,6 +216,25 @@ def test_newton_and_adam_reach_the_closed_form_loo_optimum(ridge_data):
                                learning_rate=0.3)
     assert adam.best_acv == pytest.approx(newton.best_acv, rel=1e-4)
     assert adam.best_acv >= newton.best_acv * (1 - 1e-12)
+
+
+def test_tuned_result_is_a_cv_result_on_the_elpd_scale(ridge_data):
+    """The result at the tuned weights is a CVResult whose elpd (higher is better) is
+    -n ALOOCV, and acv.compare ranks it beside another model's result on the same folds."""
+    X, y = ridge_data
+    n = len(y)
+    out = tune_regularization(Ridge(1.0), (X, y), 1.0)
+    assert isinstance(out.cv_result, acv.CVResult) and out.cv_result is out.cv_result
+    assert out.cv_result.method == "ns" and len(out.cv_result) == n
+    assert out.elpd == pytest.approx(-n * out.best_acv, rel=1e-10)
+    assert out.se == pytest.approx(np.sqrt(n) * np.std(
+        -np.concatenate(out.cv_result.point_loss), ddof=1), rel=1e-10)
+    heavy = Ridge(100.0)
+    other = acv.cross_validate(heavy, (X, y), acv.folds.leave_one_out(n), "ns",
+                               params=heavy.fit((X, y)), progress=False)
+    table = acv.compare({"tuned": out.cv_result, "lam=100": other})
+    assert list(table.index) == ["tuned", "lam=100"] and table["dse"].iloc[1] > 0
+    assert table.loc["tuned", "elpd"] == pytest.approx(out.elpd, rel=1e-12)
 
 
 @pytest.mark.parametrize("lam", [2.0, (0.5, 1.0, 3.0)])

@@ -27,7 +27,13 @@ class SCLFit:
     model: the :class:`~approxcv.composite.SCLModel` (a protocol model:
     ``approxcv.cross_validate(fit.model, X, folds, params=fit.params)``); data: its prepared
     data (samples and realised coefficients); seconds: wall time of the fit;
-    beta_history: the weights tried by the beta heuristic (empty without it).
+    beta_history: the weights tried by the beta heuristic (empty without it);
+    :attr:`converged`: whether the fit converged. Cross-validating it gives the package's
+    one result type, a :class:`~approxcv.results.CVResult` (pass the samples ``X``, not
+    ``data``: the result then records the digest of ``X``, the same for every policy, and
+    :func:`approxcv.compare` ranks fits of different policies side by side), and
+    :func:`~approxcv.composite.select_policy` ranks policies in a
+    :class:`~approxcv.selection.Selection`, as :func:`approxcv.select` ranks models.
     """
     params: SCLParams
     model: SCLModel
@@ -38,6 +44,12 @@ class SCLFit:
     @property
     def theta(self) -> np.ndarray:
         return np.asarray(self.params.theta)
+
+    @property
+    def converged(self) -> bool:
+        """``False`` where the (last) fit stopped before its criterion or the data do not
+        bound some parameters (``SCLModel.fit``'s ``fit_result_``)."""
+        return bool((self.model.fit_result_ or {}).get("converged", True))
 
     @property
     def n(self) -> int:

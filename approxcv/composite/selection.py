@@ -2,10 +2,11 @@
 
 The seed chose ``(lambda, beta)`` by grids of refits with train/test splits. An SCL objective
 is a weighted objective, so each candidate policy needs one fit and one IJ (or NS) call:
-:func:`select_policy` ranks the policies by their approximate held-out negative
-log-likelihood, the full likelihood of each left-out sample, ``-log p_theta_o(x_o)``,
-evaluated at the fold's approximate parameters, whatever components trained them; with
-``check=True`` exact CV ranks them too.
+:func:`select_policy` ranks the policies as :func:`approxcv.select` ranks models, by the
+expected log predictive density of the left-out samples under the full likelihood,
+``log p_theta_o(x_o)`` evaluated at the fold's approximate parameters (whatever components
+trained them), with paired standard errors (:func:`approxcv.compare`); with ``check=True``
+exact CV ranks them too.
 """
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 
-import numpy as np
 import pandas as pd
 
 from ..api import cross_validate
 from ..errors import ArgumentTypeError, InvalidArgumentError
+from ..results import compare
+from ..selection import (EntryFailure, Selection, all_failed, entry_flags, rank_entries,
+                         warn_entries)
 from .components import check_component_model
 from .policy import Policy
 from .estimator import fit
@@ -25,59 +28,110 @@ from .estimator import fit
 __all__ = ["select_policy"]
 
 
-def select_policy(model, X, policies, folds, method: str = "ij", *, seed: int = 0,
+def select_policy(model, X, policies, folds, method: str | None = None, *, seed: int = 0,
                   prior_var: float | None = None, check: bool = False,
-                  max_steps: int = 200) -> pd.DataFrame:
+                  max_steps: int = 200) -> Selection:
     """Rank ``policies`` (a list or a ``{name: Policy}`` dict) by approximate CV.
 
-    ``seed``, ``prior_var`` and ``max_steps`` are passed to every fit (:func:`fit`). Every
-    policy gives one row, whatever its name: a list's policies are named by
-    :meth:`Policy.label` (which tells different policies apart), and a name given twice
-    (the same policy listed twice) gets its position appended, ``" [i]"``.
+    Each policy is fitted once (:func:`~approxcv.composite.fit` with ``seed``,
+    ``prior_var`` and ``max_steps``) and cross-validated on ``folds`` by ``method``
+    (``None``, the default: the SCL model's own, ``"ij"``); the results are ranked by
+    :func:`approxcv.compare`. Every policy gives one row, whatever its name: a list's
+    policies are named by :meth:`Policy.label` (which tells different policies apart), and
+    a name given twice (the same policy listed twice) gets its position appended,
+    ``" [i]"``. A policy whose fit or cross-validation raises does not stop the others: its
+    exception is in its row's ``error`` (as in :func:`approxcv.select`).
 
     Returns:
-        A DataFrame, best first, with per policy: ``policy`` (its name), ``position`` (its
-        index in ``policies``), ``cv_loss`` (mean held-out negative log-likelihood per
-        left-out sample, by ``method``), ``expected_cost`` (FLOPs of the SCL and its
-        gradient), ``fit_seconds``, ``cv_seconds``, ``n_unreliable`` (folds the method did
-        not vouch for), ``fit_converged`` (``False`` where the fit stopped early or the
-        data do not bound some parameters: ``SCLModel.fit``) and, with ``check``,
-        ``exact_loss``, ``exact_seconds``, ``exact_rank``. ``df.attrs["choice"]`` is the
-        chosen policy's name and ``df.attrs["theta"]`` each policy's full-data estimate
-        (by name), for evaluating the fits elsewhere (e.g. on a test set) without
-        refitting.
+        :class:`~approxcv.selection.Selection`, as :func:`approxcv.select`'s: ``table``
+        indexed by the policy's name, best first, with :func:`approxcv.compare`'s columns
+        (``rank``, ``elpd`` = ``-sum`` of the held-out negative log-likelihoods of the
+        left-out samples, higher is better, ``se``, ``elpd_diff``, ``dse`` the paired
+        standard error of the difference to the best, ``n_units``, ``n_unreliable``,
+        ``warning``, ``method``), then ``n_params``, ``flag`` (e.g. ``fit not
+        converged``: the fit stopped early or the data do not bound some parameters,
+        ``SCLModel.fit``), ``error``, and the policy's columns: ``position`` (its index in
+        ``policies``), ``cost`` (expected FLOPs of the SCL and its gradient,
+        :attr:`SCLFit.expected_cost`), ``fit_seconds``, ``cv_seconds``,
+        ``fit_converged`` and, with ``check``, ``exact_elpd``, ``exact_rank`` (the rank
+        exact CV gives, 0 the best, by :func:`approxcv.compare` of the exact results),
+        ``exact_seconds``. ``best`` is the chosen policy's name; ``results``,
+        ``params`` (``SCLParams``: ``params[name].theta`` is the full-data estimate, to
+        evaluate it elsewhere without refitting), ``models`` (the fitted ``SCLModel``),
+        ``hyperparameters`` (``{name: {"policy": Policy}}``), ``fit_seconds``,
+        ``failures`` and, with ``check``, ``exact_results`` are keyed by name.
+
+    Warns:
+        GridEntryWarning: some policies failed or are flagged (``flag``).
 
     Raises:
         InvalidArgumentError: ``policies`` is empty.
         ArgumentTypeError: ``policies`` is not a list or dict of :class:`Policy`, or
             ``model`` is not a component model.
+        FitError: every policy failed (the message gives each one's exception); where all
+            failed with one approxcv error class (e.g. ``X`` is not valid data for
+            ``model``: ``InvalidDataError``), that class.
     """
     check_component_model(model)
     named = _named_policies(policies)
-    rows, thetas = [], {}
-    for position, (name, policy) in enumerate(named):
-        f = fit(model, X, policy, seed=seed, prior_var=prior_var, max_steps=max_steps)
-        thetas[name] = f.theta
+    columns = {name: {"position": position} for position, (name, _) in enumerate(named)}
+    fits, results, exact, flags, failures, outs = {}, {}, {}, {}, {}, []
+    kw = dict(progress=False, warn=False)
+    for name, policy in named:
+        try:
+            f = fit(model, X, policy, seed=seed, prior_var=prior_var, max_steps=max_steps)
+        except Exception as e:          # recorded in the policy's row
+            outs.append(EntryFailure("fit", type(e).__name__, str(e)))
+            failures[name] = str(outs[-1])
+            continue
         t = time.perf_counter()
-        res = cross_validate(f.model, f.data, folds, method, params=f.params,
-                                 progress=False, warn=False)
-        row = {"policy": name, "position": position, "cv_loss": _per_sample(res),
-               "expected_cost": f.expected_cost, "fit_seconds": f.seconds,
-               "cv_seconds": time.perf_counter() - t,
-               "n_unreliable": int(len(res.diagnostics.get("unreliable_folds", []))),
-               "fit_converged": bool((f.model.fit_result_ or {}).get("converged", True))}
+        try:
+            # on X itself (the model draws the same coefficients from its seed), so that
+            # every policy's result records the same data and the ranking can check it
+            res = cross_validate(f.model, X, folds, method, params=f.params, **kw)
+        except Exception as e:
+            outs.append(EntryFailure("cross_validate", type(e).__name__, str(e)))
+            failures[name] = str(outs[-1])
+            continue
+        fits[name], results[name] = f, res
+        columns[name].update(cost=f.expected_cost, fit_seconds=f.seconds,
+                             cv_seconds=time.perf_counter() - t, fit_converged=f.converged)
+        flags[name] = entry_flags(res, f.converged)
         if check:
             t = time.perf_counter()
-            ex = cross_validate(f.model, f.data, folds, "exact", params=f.params,
-                                    progress=False, warn=False, restarts=0)
-            row.update(exact_loss=_per_sample(ex), exact_seconds=time.perf_counter() - t)
-        rows.append(row)
-    df = pd.DataFrame(rows).sort_values("cv_loss", kind="stable").reset_index(drop=True)
+            try:
+                exact[name] = cross_validate(f.model, X, folds, "exact", params=f.params,
+                                             restarts=0, **kw)
+            except Exception as e:
+                flags[name] = "; ".join(filter(None, [flags[name], f"exact check failed: "
+                                                      f"{type(e).__name__}: {e}"]))
+            columns[name]["exact_seconds"] = time.perf_counter() - t
+    if not results:
+        raise all_failed(outs, failures, noun="policy")
+    if exact:
+        ranked = compare(exact)
+        for name in exact:
+            columns[name].update(exact_elpd=float(ranked.loc[name, "elpd"]),
+                                 exact_rank=int(ranked.loc[name, "rank"]))
+    table = rank_entries(results, flags, failures, columns)
     if check:
-        df["exact_rank"] = df["exact_loss"].rank(method="min").astype(int)
-    df.attrs["choice"] = df["policy"].iloc[0]
-    df.attrs["theta"] = thetas
-    return df
+        table = _exact_columns_last(table)
+    warn_entries("select_policy", failures, table, noun="policies")
+    return Selection(table=table, results=results,
+                     params={name: f.params for name, f in fits.items()},
+                     models={name: f.model for name, f in fits.items()},
+                     hyperparameters={name: {"policy": p} for name, p in named},
+                     fit_seconds={name: f.seconds for name, f in fits.items()},
+                     failures=failures, exact_results=exact)
+
+
+def _exact_columns_last(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its ``exact_*`` columns (present or added as missing) at the end."""
+    cols = ["exact_elpd", "exact_rank", "exact_seconds"]
+    out = table.reindex(columns=[c for c in table.columns if c not in cols] + cols)
+    out["exact_rank"] = out["exact_rank"].astype("Int64")
+    out.attrs = dict(table.attrs)
+    return out
 
 
 def _named_policies(policies) -> list:
@@ -99,8 +153,3 @@ def _named_policies(policies) -> list:
     counts = Counter(names)
     names = [f"{n} [{i}]" if counts[n] > 1 else n for i, n in enumerate(names)]
     return list(zip(names, (p for _, p in items)))
-
-
-def _per_sample(res) -> float:
-    """Held-out negative log-likelihood per left-out sample over all folds."""
-    return float(np.sum(res.fold_loss) / np.sum(res.folds.sizes))

@@ -1,12 +1,16 @@
 """Cross-validation of SCL fits: IJ against exact refits, policy selection; the beta
 heuristic against a direct computation. Every fit here shares one model structure (PL1 on
 the 4-node machine of ``bm4``), so the whole module compiles one objective."""
+import sys
+
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.optimize
 
 import approxcv as acv
 import approxcv.composite as scl
+from approxcv.errors import GridEntryWarning, InvalidDataError, NonIdentifiableWarning
 
 from .conftest import THETA4, states, suff_stats
 
@@ -49,17 +53,33 @@ def test_leave_one_sample_out_ij_agrees_with_exact_refits(pl_fit):
 
 
 def test_select_policy_ranks_like_exact_cv(bm4):
+    """A Selection as acv.select's: one CVResult per policy ranked by acv.compare (paired
+    standard errors), the policy's columns beside, and exact CV's ranking with check."""
     bm, X = bm4
     pl1 = scl.pseudo_likelihood(bm, 1)
     policies = {f"{lam} PL1": scl.Policy(pl1, select=lam) for lam in (1.0, 0.5, 0.2)}
     folds = acv.folds.leave_one_out(len(X)).subset(CHECKED[0])
-    df = scl.select_policy(bm, X, policies, folds, seed=1, check=True)
-    assert set(df["policy"]) == set(policies)
-    np.testing.assert_allclose(df["cv_loss"], df["exact_loss"], rtol=1e-2)
-    assert df["exact_rank"].tolist() == [1, 2, 3]     # the IJ's ranking is exact CV's
-    assert df.attrs["choice"] == df["policy"].iloc[0] == "1.0 PL1"
-    cost = dict(zip(df["policy"], df["expected_cost"]))
-    assert cost["0.5 PL1"] == pytest.approx(cost["1.0 PL1"] / 2)
+    sel = scl.select_policy(bm, X, policies, folds, seed=1, check=True)
+    assert isinstance(sel, acv.selection.Selection)
+    df = sel.table
+    assert set(df.index) == set(policies) == set(sel.results) == set(sel.exact_results)
+    assert all(isinstance(r, acv.CVResult) and r.method == "ij" for r in sel.results.values())
+    ranked = acv.compare(sel.results)
+    pd.testing.assert_frame_equal(df[ranked.columns], ranked)
+    assert list(df.columns[:9]) == ["rank", "elpd", "se", "elpd_diff", "dse", "n_units",
+                                    "n_unreliable", "warning", "method"]
+    assert {"position", "cost", "fit_seconds", "cv_seconds", "fit_converged", "exact_elpd",
+            "exact_rank", "exact_seconds"} <= set(df.columns)
+    # elpd: minus the held-out negative log-likelihoods of the 3 left-out samples
+    for name, r in sel.results.items():
+        assert df.loc[name, "elpd"] == pytest.approx(-np.sum(r.fold_loss), rel=1e-12)
+    assert (df["se"] > 0).all() and df["dse"].iloc[0] == 0 and (df["dse"].iloc[1:] > 0).all()
+    np.testing.assert_allclose(df["elpd"], df["exact_elpd"], rtol=1e-2)
+    assert df["exact_rank"].tolist() == [0, 1, 2]     # the IJ's ranking is exact CV's
+    assert sel.best == df.index[0] == "1.0 PL1"
+    assert df.loc["0.5 PL1", "cost"] == pytest.approx(df.loc["1.0 PL1", "cost"] / 2)
+    assert sel.hyperparameters["0.5 PL1"]["policy"] is policies["0.5 PL1"]
+    assert sel.failures == {} and (df["flag"] == "").all()
 
 
 def test_select_policy_gives_one_row_per_policy_even_when_labels_once_collided(bm4):
@@ -72,17 +92,51 @@ def test_select_policy_gives_one_row_per_policy_even_when_labels_once_collided(b
                 scl.Policy(pl1, select=[vec]), scl.Policy(pl1, select=[vec[::-1]]),
                 scl.Policy(pl1, select=0.3)]
     folds = acv.folds.leave_one_out(len(X)).subset(CHECKED[0])
-    df = scl.select_policy(bm, X, policies, folds, seed=1)
-    assert len(df) == 5 and df["policy"].is_unique
+    sel = scl.select_policy(bm, X, policies, folds, seed=1)
+    df = sel.table
+    assert len(df) == 5 and df.index.is_unique
     assert sorted(df["position"]) == [0, 1, 2, 3, 4]
-    by_pos = df.set_index("position")
-    assert by_pos.loc[0, "policy"] == "PL1(lam=0.3, beta=1) [0]"
-    assert by_pos.loc[4, "policy"] == "PL1(lam=0.3, beta=1) [4]"
-    assert by_pos.loc[1, "policy"] == "PL1(lam=0.30001, beta=1)"
+    by_pos = df.reset_index().set_index("position")
+    assert by_pos.loc[0, "model"] == "PL1(lam=0.3, beta=1) [0]"
+    assert by_pos.loc[4, "model"] == "PL1(lam=0.3, beta=1) [4]"
+    assert by_pos.loc[1, "model"] == "PL1(lam=0.30001, beta=1)"
     # the same policy and seed give the same fit, in both of its rows
-    np.testing.assert_array_equal(by_pos.loc[0, "cv_loss"], by_pos.loc[4, "cv_loss"])
-    assert set(df.attrs["theta"]) == set(df["policy"])
+    np.testing.assert_array_equal(by_pos.loc[0, "elpd"], by_pos.loc[4, "elpd"])
+    assert set(sel.params) == set(df.index)
+    np.testing.assert_array_equal(sel.params["PL1(lam=0.3, beta=1) [0]"].theta,
+                                  sel.params["PL1(lam=0.3, beta=1) [4]"].theta)
     assert df["fit_converged"].all()
+
+
+def test_select_policy_flags_and_records_failing_policies(bm4, monkeypatch):
+    """A policy whose data do not bound some parameters is ranked but flagged; one whose
+    fit raises is recorded in its row (the others ranked); a GridEntryWarning names both;
+    when every policy fails (data that are not 0/1), the common error class is raised."""
+    bm, X = bm4
+    pl1 = scl.Policy(scl.pseudo_likelihood(bm, 1))
+    weak = scl.Policy(scl.user_components(bm, [((0,), (1,))], name="P0|1"))
+    folds = acv.folds.leave_one_out(len(X)).subset(CHECKED[0])
+    module = sys.modules["approxcv.composite.selection"]
+    real_fit = module.fit
+
+    def fit_or_raise(model, X, policy, **kw):
+        if policy is weak:
+            raise FloatingPointError("no luck")
+        return real_fit(model, X, policy, **kw)
+    monkeypatch.setattr(module, "fit", fit_or_raise)
+    with pytest.warns(GridEntryWarning, match="1 of 2 policies failed.*FloatingPointError"):
+        sel = scl.select_policy(bm, X, {"pl1": pl1, "weak": weak}, folds, seed=1)
+    assert sel.best == "pl1" and list(sel.results) == ["pl1"] and list(sel.failures) == ["weak"]
+    assert sel.table.index[-1] == "weak" and pd.isna(sel.table.loc["weak", "elpd"])
+    assert sel.table.loc["weak", "error"] == "FloatingPointError in fit: no luck"
+    assert sel.table.loc["weak", "position"] == 1
+    monkeypatch.setattr(module, "fit", real_fit)
+    with pytest.warns(GridEntryWarning, match="flagged.*'weak': fit not converged"), \
+            pytest.warns(NonIdentifiableWarning, match="do not bound"):
+        sel = scl.select_policy(bm, X, {"pl1": pl1, "weak": weak}, folds, seed=1)
+    assert not sel.table.loc["weak", "fit_converged"] and sel.table.loc["pl1", "flag"] == ""
+    with pytest.raises(InvalidDataError, match="every policy failed"):
+        scl.select_policy(bm, 2 * X, [pl1], folds)
 
 
 def test_beta_heuristic_minimises_the_diagonal_criterion_of_direct_scores(bm4):
