@@ -22,7 +22,7 @@ Skipped blocks are never counted as passing. The table goes to stdout and the re
 ``--quick`` or ``--only``). Exit status 1 when a block fails or
 times out.
 
-Usage: python benchmarks/docs_examples.py [--quick] [--only docs/erm.md] [--timeout 600]
+Usage: python benchmarks/docs_examples.py [--quick] [--only docs/erm.md[#2]] [--timeout 600]
 """
 from __future__ import annotations
 
@@ -100,13 +100,21 @@ def parse_blocks(path: Path, root: Path = REPO) -> list[Block]:
 
 
 def all_blocks(only: list[str] | None = None, root: Path = REPO) -> list[Block]:
+    """Every block, or those of ``only``: files (``docs/erm.md``) or blocks (``docs/erm.md#2``)."""
     files = doc_files(root)
-    if only:
-        wanted = {Path(o).resolve() for o in only}
-        files = [f for f in files if f.resolve() in wanted]
-        if not files:
-            raise SystemExit(f"--only {only}: none of README.md, docs/*.md")
-    return [b for f in files for b in parse_blocks(f, root)]
+    if not only:
+        return [b for f in files for b in parse_blocks(f, root)]
+    wanted = {}
+    for o in only:
+        path, _, index = o.partition("#")
+        wanted.setdefault(Path(path).resolve(), set()).add(int(index) if index else None)
+    out = []
+    for f in files:
+        if (picks := wanted.get(f.resolve())) is not None:
+            out += [b for b in parse_blocks(f, root) if None in picks or b.index in picks]
+    if not out:
+        raise SystemExit(f"--only {only}: no block of README.md, docs/*.md")
+    return out
 
 
 def _missing(needs: str) -> list[str]:
@@ -178,7 +186,7 @@ def _summary(args, records: list[dict], t0: float) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", action="append", metavar="FILE",
-                    help="run only this Markdown file's blocks (repeatable)")
+                    help="run only this file's blocks, or one block: docs/erm.md#2 (repeatable)")
     ap.add_argument("--quick", action="store_true", help="skip blocks marked <!-- long -->")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per block (600)")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/docs_examples.json)")
