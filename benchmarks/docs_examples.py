@@ -160,7 +160,10 @@ def run_block(block: Block, timeout: float, quick: bool) -> dict:
             rec["seconds"] = time.perf_counter() - t
             rec.update(status="timeout", reason=f"over {timeout:.0f} s")
             err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-    rec["stderr_tail"] = err[-2000:]
+        # the tails name the block and the package by relative paths, not this machine's
+        for key, text in (("stderr_tail", err), ("stdout_tail", rec.get("stdout_tail", ""))):
+            rec[key] = (text.replace(str(script), "block.py")
+                        .replace(str(REPO) + os.sep, ""))[-2000:]
     return rec
 
 
