@@ -1,7 +1,6 @@
-"""Cross-validation results as plain data, and comparison of two runs."""
+"""The result of one cross-validation run (:class:`CVResult`), as plain data."""
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,11 +8,11 @@ import jax
 import numpy as np
 import pandas as pd
 
-from .errors import ArgumentTypeError, IncomparableResultsError, InvalidArgumentError
-from .folds import Folds
-from .results_io import save_result
+from ..errors import InvalidArgumentError
+from ..folds import Folds
+from .storage import save_result
 
-__all__ = ["CVResult", "compare", "compare"]
+__all__ = ["CVResult"]
 
 
 @dataclass
@@ -36,10 +35,10 @@ class CVResult:
         fingerprint: what the result was computed on,
             :func:`~approxcv.engine.fingerprint.result_fingerprint`: ``{"data": sha256 of
             the data, "level", "units": number of units, "folds": sha256 of the folds}``;
-            ``None`` for a result built by hand. :func:`compare`, :func:`compare`
+            ``None`` for a result built by hand. :func:`~approxcv.compare`, :func:`~approxcv.accuracy`
             and the report refuse to set side by side results of other inputs.
     """
-    #: marks the saved-result types (:func:`approxcv.results_io.is_result_class`)
+    #: marks the saved-result types (:func:`approxcv.results.storage.is_result_class`)
     SAVED_RESULT = True
     method: str
     scheme: str | None
@@ -108,7 +107,7 @@ class CVResult:
     @property
     def elpd(self) -> float:
         """Expected log predictive density: ``sum(lpd)`` over left-out units (``"point"``),
-        or ``mean(lpd)`` per fold (``"fold"``); the ``elpd`` of :func:`compare`."""
+        or ``mean(lpd)`` per fold (``"fold"``); the ``elpd`` of :func:`~approxcv.compare`."""
         lpd = self.lpd
         return float(lpd.sum() if self.elpd_unit == "point" else lpd.mean())
 
@@ -116,7 +115,7 @@ class CVResult:
     def se(self) -> float:
         """Standard error of :attr:`elpd`: ``sqrt(n) sd(lpd)`` (``"point"``) or
         ``sd(lpd) / sqrt(n)`` (``"fold"``), ``ddof=1``."""
-        return _paired_se(self.lpd, self.elpd_unit)
+        return paired_se(self.lpd, self.elpd_unit)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per left-out unit: ``fold_id``, ``unit``, ``loss``, the fold's
@@ -136,7 +135,7 @@ class CVResult:
         ``mean_fold_loss`` / ``mean_point_loss`` average every fold (nothing is dropped
         silently); ``mean_fold_loss_reliable`` / ``mean_point_loss_reliable`` average the
         ``n_reliable`` folds the method vouches for. To compare methods, average the same
-        folds in each (:func:`accuracy` does).
+        folds in each (:func:`~approxcv.accuracy` does).
         """
         ok = ~self.unreliable
         points = [p for p, good in zip(self.point_loss, ok) if good]
@@ -217,7 +216,7 @@ class CVResult:
         """Write the result to ``PATH.json`` (readable: method, timings, scalar diagnostics)
         and ``PATH.npz`` (every array); :func:`approxcv.load_result` reads it back exactly.
         ``model`` (a model or a string) is recorded as its ``repr`` for reports
-        (``approxcv report``). Returns the ``.json`` path. See :mod:`approxcv.results_io`."""
+        (``approxcv report``). Returns the ``.json`` path. See :mod:`approxcv.results.storage`."""
         return save_result(self, path, model=model)
 
     @property
@@ -241,136 +240,7 @@ def _finite_folds(result: CVResult) -> np.ndarray:
     return ok & all_finite
 
 
-# what a level's units are: single observations ("within" a structure, or the "point"s of
-# a GP's leave-one-out) or whole structures; results compare only on the same kind
-_UNIT_KIND = {"within": "observation", "point": "observation", "structure": "structure"}
-
-
-def _inputs(result: CVResult) -> dict:
-    """What ``result`` was computed on, for comparisons: its ``level`` and number of
-    ``units`` (from the result itself) and the digest of its ``data`` (from its
-    :attr:`~CVResult.fingerprint`; ``None``, unknown, for a result built by hand)."""
-    fp = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
-    return {"level": result.level, "units": int(result.folds.n), "data": fp.get("data")}
-
-
-def _same_kind(a: str, b: str) -> bool:
-    """Units at levels ``a`` and ``b`` are the same kind of thing (see ``_UNIT_KIND``)."""
-    return a == b or _UNIT_KIND.get(a, a) == _UNIT_KIND.get(b, b)
-
-
-def check_comparable(results: Mapping, *, check_data: bool = True,
-                     purpose: str = "compared") -> None:
-    """Raise :class:`~approxcv.errors.IncomparableResultsError` naming the first field
-    (``level``, ``units``, ``data``) on which a result of ``results`` (``{label:
-    CVResult}``) differs from the first one. Levels whose units are single observations
-    (``"within"``, a GP's ``"point"``) compare with each other, not with ``"structure"``.
-    A data digest that one side lacks (a result built by hand) is not compared;
-    ``check_data=False`` skips the data."""
-    names = list(results)
-    ref = _inputs(results[names[0]])
-    for name in names[1:]:
-        got = _inputs(results[name])
-        pair = f"results {names[0]!r} and {name!r}"
-        if not _same_kind(got["level"], ref["level"]):
-            raise IncomparableResultsError(
-                f"{pair} were computed at different levels ({ref['level']!r} and "
-                f"{got['level']!r}; field 'level' differs): their units are different things "
-                f"(e.g. whole sentences and single labels), so they cannot be {purpose}; "
-                "compute both at the same `level`")
-        if got["units"] != ref["units"]:
-            raise IncomparableResultsError(
-                f"{pair} were computed on different numbers of units ({ref['units']} and "
-                f"{got['units']}; field 'units' differs), so they cannot be {purpose} even "
-                "where their fold indices agree; compute both on the same data")
-        if check_data and None not in (ref["data"], got["data"]) and got["data"] != ref["data"]:
-            raise IncomparableResultsError(
-                f"{pair} were computed on different data (field 'data' differs: digest "
-                f"{ref['data'][:12]}… and {got['data'][:12]}…), so they cannot be {purpose}; "
-                "compute both on the same data"
-                + (". If the models predict the same observations from different inputs "
-                   "(e.g. two feature sets of a regression), pass check_data=False"
-                   if purpose == "ranked" else ""))
-
-
-def accuracy(approx: CVResult, exact: CVResult) -> pd.DataFrame:
-    """Relative errors of ``approx`` against ``exact`` on the folds both contain.
-
-    Folds are matched by ``fold_ids`` (so IJ on 1,000 folds compares with exact CV on a
-    subset of them), and must leave out the same units.
-
-    Returns:
-        DataFrame with one row per left-out unit (``kind="point"``) and one per fold
-        (``kind="fold"``): ``fold_id``, ``unit`` (-1 for folds), ``approx``, ``exact``,
-        ``abs_error``, ``rel_error = |approx - exact| / |exact|`` and ``unreliable`` (the
-        fold is unreliable in either result). ``attrs`` holds the mean relative errors
-        over the reliable folds (``mean_rel_error_point``, ``mean_rel_error_fold``) and
-        ``n_unreliable``.
-    """
-    for name, r in (("approx", approx), ("exact", exact)):
-        if not isinstance(r, CVResult):
-            raise ArgumentTypeError(f"`{name}` must be a CVResult, got {type(r).__name__}")
-    check_comparable({"approx": approx, "exact": exact})
-    _, ia, ie = np.intersect1d(approx.fold_ids, exact.fold_ids, return_indices=True)
-    if ia.size == 0:
-        raise InvalidArgumentError("`approx` and `exact` have no fold ids in common")
-    units_a = [approx.folds[i] for i in ia]
-    units_e = [exact.folds[j] for j in ie]
-    sizes = np.array([len(u) for u in units_a])
-    same = sizes == np.array([len(u) for u in units_e])
-    flat_a, flat_e = np.concatenate(units_a), np.concatenate(units_e)
-    if not same.all() or not np.array_equal(flat_a, flat_e):
-        pos = np.cumsum(sizes) - sizes
-        diff = np.flatnonzero(~same) if not same.all() else np.unique(np.searchsorted(
-            pos, np.flatnonzero(flat_a != flat_e), side="right") - 1)
-        raise InvalidArgumentError(f"fold {int(approx.fold_ids[ia[diff[0]]])} leaves out "
-                                   "different units in the two results")
-    fids = approx.fold_ids[ia]
-    bad = approx.unreliable[ia] | exact.unreliable[ie]
-    points = pd.DataFrame({
-        "kind": "point", "fold_id": np.repeat(fids, sizes), "unit": flat_a,
-        "approx": np.concatenate([approx.point_loss[i] for i in ia]),
-        "exact": np.concatenate([exact.point_loss[j] for j in ie]),
-        "unreliable": np.repeat(bad, sizes)})
-    folds = pd.DataFrame({"kind": "fold", "fold_id": fids, "unit": -1,
-                          "approx": approx.fold_loss[ia], "exact": exact.fold_loss[ie],
-                          "unreliable": bad})
-    df = pd.concat([points, folds], ignore_index=True)
-    df["abs_error"] = (df["approx"] - df["exact"]).abs()
-    df["rel_error"] = df["abs_error"] / df["exact"].abs()
-    good = ~df["unreliable"]
-    df.attrs["mean_rel_error_point"] = float(df.loc[good & (df.kind == "point"),
-                                                    "rel_error"].mean())
-    df.attrs["mean_rel_error_fold"] = float(df.loc[good & (df.kind == "fold"),
-                                                   "rel_error"].mean())
-    df.attrs["n_unreliable"] = int(bad.sum())
-    return df
-
-
-def _same_units(results: dict) -> tuple:
-    """The common fold ids and the per-fold units of ``results``, which must all hold the
-    same folds (by id) leaving out the same units."""
-    names = list(results)
-    first = results[names[0]]
-    ids = np.asarray(first.fold_ids)
-    units = [np.asarray(first.folds[i]) for i in range(len(first))]
-    for name in names[1:]:
-        r = results[name]
-        if len(r) != len(first) or not np.array_equal(np.asarray(r.fold_ids), ids):
-            raise IncomparableResultsError(
-                f"results {names[0]!r} and {name!r} have different folds ({len(first)} and "
-                f"{len(r)} folds, or other fold ids; field 'folds' differs): models are "
-                "compared on the same folds")
-        for i in range(len(r)):
-            if not np.array_equal(np.asarray(r.folds[i]), units[i]):
-                raise IncomparableResultsError(
-                    f"fold {int(ids[i])} leaves out different units in {names[0]!r} and "
-                    f"{name!r} (field 'folds' differs): models are compared on the same "
-                    "units")
-    return ids, units
-
-
-def _paired_se(values: np.ndarray, unit: str) -> float:
+def paired_se(values: np.ndarray, unit: str) -> float:
     """Standard error of the total (``unit="point"``: ``sqrt(n) sd``) or of the mean
     (``unit="fold"``: ``sd / sqrt(n)``) of ``values``."""
     n = values.size
@@ -378,102 +248,3 @@ def _paired_se(values: np.ndarray, unit: str) -> float:
         return float("nan")
     sd = float(np.std(values, ddof=1))
     return sd * np.sqrt(n) if unit == "point" else sd / np.sqrt(n)
-
-
-def compare(results, *, on: str = "all", unit: str = "auto",
-            check_data: bool = True) -> pd.DataFrame:
-    """Rank models by cross-validated expected log predictive density, with paired
-    standard errors (the layout of ``arviz_stats.compare``).
-
-    Every result must have been computed on the same inputs: the same ``level``, the same
-    number of units, the same data (by the digest in :attr:`CVResult.fingerprint`, where
-    both results have one) and the same folds leaving out the same units; otherwise an
-    :class:`~approxcv.errors.IncomparableResultsError` names the field that differs
-    (``level``, ``units``, ``data``, ``folds``). A fold whose loss is not finite is
-    unreliable (:attr:`CVResult.unreliable`) whether or not its method flagged it. With
-    ``elpd_i = -loss_i`` for each unit ``i``:
-
-    * ``unit="point"`` (the default when no unit is left out twice, e.g. leave-one-out or
-      k-fold): ``elpd = sum_i elpd_i`` over the left-out units, ``se = sqrt(n) sd(elpd_i)``,
-      ``elpd_diff = elpd_best - elpd`` and ``dse = sqrt(n) sd(elpd_best,i - elpd_i)`` — the
-      paired standard error of the difference, which is what decides between models (it is
-      much smaller than either ``se`` when the models err on the same units). Variances
-      are taken with ``ddof=1`` as in R's ``loo`` (``arviz_stats.compare`` uses ``ddof=0``
-      for ``dse``: a factor ``sqrt(n / (n - 1))``). It needs every unit left out at most
-      once; asked for on overlapping folds it is refused (use ``"fold"``).
-    * ``unit="fold"`` (the default when folds overlap, e.g. repeated i.i.d. folds, where the
-      units are not independent draws): the same quantities with ``elpd_i`` the fold's joint
-      ``-fold_loss`` and means in place of sums: ``elpd = mean_i elpd_i``,
-      ``se = sd / sqrt(n)``, ``dse = sd(difference) / sqrt(n)``.
-
-    ``on="reliable"`` keeps only the folds every result vouches for (the same folds in each);
-    ``on="all"`` keeps every fold and sets ``warning`` where a model's unreliable folds
-    differ from the best model's, or the row rests on any unreliable fold.
-
-    Args:
-        results: mapping ``{label: CVResult}`` (at least one).
-        on: ``"all"`` or ``"reliable"``.
-        unit: ``"auto"``, ``"point"`` or ``"fold"``.
-        check_data: ``False`` to rank models that predict the same observations from
-            different data (e.g. two feature sets of a regression), whose data digests
-            differ by design; level, units and folds are checked all the same.
-
-    Returns:
-        DataFrame indexed by label, best first, with columns ``rank``, ``elpd``, ``se``,
-        ``elpd_diff``, ``dse``, ``n_units``, ``n_unreliable``, ``warning``, ``method``;
-        ``attrs`` holds ``unit``, ``on`` and ``n_folds``.
-    """
-    if not isinstance(results, Mapping) or not results:
-        raise ArgumentTypeError("`results` must be a non-empty mapping {label: CVResult}, "
-                                f"got {type(results).__name__}")
-    for name, r in results.items():
-        if not isinstance(r, CVResult):
-            raise ArgumentTypeError(f"results[{name!r}] must be a CVResult, "
-                                    f"got {type(r).__name__}")
-    if on not in ("all", "reliable"):
-        raise InvalidArgumentError(f"`on` must be 'all' or 'reliable', got {on!r}")
-    if unit not in ("auto", "point", "fold"):
-        raise InvalidArgumentError(f"`unit` must be 'auto', 'point' or 'fold', got {unit!r}")
-    check_comparable(results, check_data=bool(check_data), purpose="ranked")
-    ids, units = _same_units(results)
-    flat = np.concatenate(units)
-    distinct = np.unique(flat).size
-    if unit == "auto":
-        unit = "point" if distinct == flat.size else "fold"
-    elif unit == "point" and distinct != flat.size:
-        raise InvalidArgumentError(
-            f"unit='point' needs every unit left out at most once, but these {len(ids)} "
-            f"folds leave out {distinct} distinct units {flat.size} times (the folds "
-            "overlap): per-unit sums would count units repeatedly and their standard errors "
-            "treat dependent values as independent; use unit='fold' (or 'auto')")
-    bad = {name: r.unreliable for name, r in results.items()}
-    keep = np.ones(len(ids), bool)
-    if on == "reliable":
-        for b in bad.values():
-            keep &= ~b
-        if not keep.any():
-            raise InvalidArgumentError("no fold is reliable in every result; use on='all'")
-
-    def elpd_i(r):
-        if unit == "fold":
-            return -np.asarray(r.fold_loss, float)[keep]
-        return -np.concatenate([np.asarray(r.point_loss[i], float) for i in np.flatnonzero(keep)])
-    values = {name: elpd_i(r) for name, r in results.items()}
-    total = {name: float(v.sum() if unit == "point" else v.mean()) for name, v in values.items()}
-    order = sorted(values, key=lambda name: -total[name]
-                   if np.isfinite(total[name]) else np.inf)
-    best = order[0]
-    rows = []
-    for rank, name in enumerate(order):
-        diff = values[best] - values[name]
-        differs = not np.array_equal(bad[name][keep], bad[best][keep])
-        rows.append({"rank": rank, "elpd": total[name], "se": _paired_se(values[name], unit),
-                     "elpd_diff": total[best] - total[name],
-                     "dse": 0.0 if name == best else _paired_se(diff, unit),
-                     "n_units": int(values[name].size),
-                     "n_unreliable": int(bad[name][keep].sum()),
-                     "warning": bool(differs or bad[name][keep].any()),
-                     "method": results[name].method})
-    table = pd.DataFrame(rows, index=pd.Index(order, name="model"))
-    table.attrs.update(unit=unit, on=on, n_folds=int(keep.sum()))
-    return table

@@ -39,16 +39,16 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ._validate import check_choice, check_positive_int
-from .engine.registry import get_method
-from .errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
+from .._validate import check_choice, check_positive_int
+from ..engine.registry import get_method
+from ..errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
                      NotPositiveDefiniteError)
-from .folds import leave_one_out
-from .results import CVResult, compare
+from ..folds import leave_one_out
+from ..results import CVResult, compare
 from .tuning_gradient import GRADIENTS, _problem_gradient, aloocv_gradient
-from .api import cross_validate
+from ..api import cross_validate
 from .tuning_newton import newton_tune
-from .models.erm.elastic_net import SupportChangeWarning
+from ..models.erm.elastic_net import SupportChangeWarning
 
 __all__ = ["aloocv_gradient", "TuneResult", "tune_regularization", "resolve_algorithm",
            "GRADIENTS", "NEWTON_MAX_WEIGHTS"]

@@ -32,12 +32,12 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from ._compile import jit
-from ._validate import check_choice
-from .engine import aloo
-from .engine.batching import map_batches
-from .errors import NotPositiveDefiniteError
-from .optim.pd import jittered_cholesky
+from .._compile import jit
+from .._validate import check_choice
+from ..engine import aloo
+from ..engine.batching import map_batches
+from ..errors import NotPositiveDefiniteError
+from ..optim.pd import jittered_cholesky
 
 __all__ = ["aloocv_gradient", "GRADIENTS"]
 

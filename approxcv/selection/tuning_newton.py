@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._compile import jit
-from .optim.newton import newton_minimize
+from .._compile import jit
+from ..optim.newton import newton_minimize
 from .tuning_gradient import _acv_closed_form, _hessian
 
 __all__ = ["NewtonTuneResult", "newton_tune", "MAX_STEP", "GTOL"]
