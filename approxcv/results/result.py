@@ -35,8 +35,8 @@ class CVResult:
         fingerprint: what the result was computed on,
             :func:`~approxcv.engine.fingerprint.result_fingerprint`: ``{"data": sha256 of
             the data, "level", "units": number of units, "folds": sha256 of the folds}``;
-            ``None`` for a result built by hand. :func:`~approxcv.compare`, :func:`~approxcv.accuracy`
-            and the report refuse to set side by side results of other inputs.
+            ``None`` for a result built by hand. :func:`~approxcv.compare`,
+            :func:`~approxcv.accuracy` and the report refuse to set side by side results of other inputs.
     """
     #: marks the saved-result types (:func:`approxcv.results.storage.is_result_class`)
     SAVED_RESULT = True

@@ -2,7 +2,7 @@
 
 For a GLM-type model (:mod:`approxcv.models.erm`) with penalty ``lam^T r(theta)``, ALOOCV is
 the ``ns`` method's leave-one-out estimate ``ACV(lam) = 1/n sum_i l_i(theta_i)`` (one Newton
-step per sample from the full fit, Beirami et al. 2017); :mod:`approxcv.tuning` tunes
+step per sample from the full fit, Beirami et al. 2017); :mod:`approxcv.selection.tuning` tunes
 ``lam`` with it.
 
 * :func:`aloocv_gradient` differentiates ``ACV`` with respect to the vector ``lam``:
