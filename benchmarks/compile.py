@@ -99,7 +99,7 @@ def _tuning(acv, np):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(80, 10))
     y = X @ rng.normal(size=10) + rng.normal(size=80)
-    acv.tuning.tune_regularization(acv.models.Ridge(lam=1.0), (X, y), 1.0)
+    acv.selection.tune_regularization(acv.models.Ridge(lam=1.0), (X, y), 1.0)
 
 
 def _select(acv, np):

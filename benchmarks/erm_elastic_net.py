@@ -25,7 +25,7 @@ import numpy as np
 
 import approxcv as acv
 from approxcv.models.erm.elastic_net import ElasticNet, SupportChangeWarning
-from approxcv.tuning import tune_regularization
+from approxcv.selection import tune_regularization
 from _common import figure, run, save_figure, write_results
 
 

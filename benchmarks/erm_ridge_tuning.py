@@ -23,7 +23,7 @@ import numpy as np
 
 import approxcv as acv
 from approxcv.models.erm.ridge import Ridge
-from approxcv.tuning import aloocv_gradient, tune_regularization
+from approxcv.selection import aloocv_gradient, tune_regularization
 from _common import figure, run, save_figure, write_results
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 import approxcv as acv
 from approxcv.models.hmm.time_varying_poisson import TimeVaryingPoisson
-from approxcv.plot import scatter
+from approxcv.report.plot import scatter
 
 HERE = Path(__file__).parent
 

@@ -83,7 +83,7 @@ _FIRST_TUNING_CALL = """
 import sys, time
 sys.path.insert(0, {here!r})
 import approxcv as acv
-from approxcv.tuning import tune_regularization
+from approxcv.selection import tune_regularization
 from peers import _breast_cancer
 X, y = _breast_cancer()
 t = time.perf_counter()
@@ -128,7 +128,7 @@ def _aloocv_minimiser(f, c0: float, width: float = 1.2, steps: int = 60) -> floa
 
 def logistic_tuning_bbai(quick):
     import approxcv as acv
-    from approxcv.tuning import aloocv_gradient, tune_regularization
+    from approxcv.selection import aloocv_gradient, tune_regularization
     X, y = _breast_cancer()
     t = time.perf_counter()
     ours = tune_regularization(acv.models.Logistic(1.0), (X, y), 1.0)

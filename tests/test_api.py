@@ -134,8 +134,8 @@ def test_plots_write_files(poisson_small, tmp_path):
     folds = acv.folds.iid(len(x), 0.05, 3, seed=4)
     ij = acv.cross_validate(model, x, folds, params=params, progress=False)
     ns = acv.cross_validate(model, x, folds, params=params, method="ns", progress=False)
-    acv.plot.scatter(ij, ns, path=tmp_path / "s.png")
-    acv.plot.timing_bars({"ij": ij.seconds, "ns": ns.seconds}, path=tmp_path / "t.png")
+    acv.report.plot.scatter(ij, ns, path=tmp_path / "s.png")
+    acv.report.plot.timing_bars({"ij": ij.seconds, "ns": ns.seconds}, path=tmp_path / "t.png")
     assert (tmp_path / "s.png").stat().st_size > 1000 and (tmp_path / "t.png").exists()
 
 

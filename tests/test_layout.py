@@ -118,9 +118,8 @@ def test_cycle_finder_finds_a_cycle():
 
 #: modules that import parts of approxcv inside functions on purpose: the command line
 #: imports the numerics only for the command that needs them (``approxcv --help`` stays
-#: light), and the report imports matplotlib (through ``plot``) only to draw
-DEFERRED_IMPORTS = {"approxcv.cli", "approxcv._cli_args", "approxcv._report_exact",
-                    "approxcv._report_sections"}
+#: light, tests/test_startup.py)
+DEFERRED_IMPORTS = {"approxcv.cli.command", "approxcv.cli.args"}
 
 
 def test_no_import_of_approxcv_inside_a_function():

@@ -128,3 +128,62 @@ def test_a_cache_directory_configured_for_jax_is_kept(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout.split()
     assert out == [str(tmp_path / "mine"), "1.0"]      # JAX's own default threshold
+
+
+def _python(*args, env=None) -> subprocess.CompletedProcess:
+    """``python ARGS`` in a fresh process importing this checkout's approxcv."""
+    import os
+    from pathlib import Path
+    full = dict(os.environ if env is None else env)
+    full["PYTHONPATH"] = str(Path(acv.__file__).resolve().parent.parent)
+    return subprocess.run([sys.executable, *args], env=full, capture_output=True, text=True)
+
+
+def _imported(importtime_stderr: str) -> set[str]:
+    """Top-level packages named by ``python -X importtime`` on stderr."""
+    return {line.rsplit("|", 1)[-1].strip().split(".")[0]
+            for line in importtime_stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["demo", "--help"],
+                                  ["report", "--help"]])
+def test_help_and_version_import_no_numerics(argv):
+    res = _python("-X", "importtime", "-m", "approxcv.cli", *argv)
+    assert res.returncode == 0, res.stderr[-2000:]
+    heavy = _imported(res.stderr) & {"jax", "jaxlib", "numpy", "pandas", "scipy", "matplotlib"}
+    assert heavy == set()
+    assert "approxcv" in _imported(res.stderr)         # the check can see imports at all
+    if argv == ["--version"]:
+        assert res.stdout.strip() == f"approxcv {acv.__version__}"
+    else:
+        assert "usage: approxcv" in res.stdout
+        for markup in ("``", ":class:", ":func:", ":meth:", ":mod:", ":attr:"):
+            assert markup not in res.stdout, markup       # plain text, no reStructuredText
+
+
+def test_import_approxcv_imports_no_jax_yet_every_array_is_64_bit():
+    code = ("import sys, approxcv\n"
+            "assert 'jax' not in sys.modules, 'import approxcv imported jax'\n"
+            "import jax.numpy as jnp\n"               # the user's import, before any approxcv use
+            "print(jnp.ones(1).dtype, jnp.asarray(0.1).dtype)\n")
+    res = _python("-c", code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["float64", "float64"]
+
+
+@pytest.mark.parametrize("first", ["from approxcv.models import Ridge",
+                                   "from approxcv.inference import chain",
+                                   "import approxcv as acv; acv.folds.iid"])
+def test_any_way_into_the_numerics_configures_jax_first(first):
+    code = f"{first}\nimport jax\nprint(jax.config.jax_enable_x64)\n"
+    res = _python("-c", code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["True"]
+
+
+def test_every_public_name_resolves():
+    for name in acv.__all__:
+        assert getattr(acv, name) is not None, name
+    assert set(acv.__all__) <= set(dir(acv))
+    with pytest.raises(AttributeError, match="no attribute 'tuning'"):
+        acv.tuning            # noqa: B018 - moved to acv.selection.tuning (docs/guide.md)

@@ -19,8 +19,8 @@ import pandas as pd
 from ..api import cross_validate
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from ..results import compare
-from ..selection import (EntryFailure, Selection, all_failed, entry_flags, rank_entries,
-                         warn_entries)
+from ..selection.grid import (EntryFailure, Selection, all_failed, entry_flags, rank_entries,
+                              warn_entries)
 from .components import check_component_model
 from .policy import Policy
 from .estimator import fit

@@ -136,7 +136,7 @@ def test_poisson_fit_matches_sklearn_and_exact_refits_are_weighted_fits():
 
 
 # ------------------------------------------- the numbers of the old pipeline
-#: leave-one-out means of ``approxcv.tuning.aloocv`` (newton / ij) and ``exact_cv`` before
+#: leave-one-out means of ``approxcv.selection.tuning.aloocv`` (newton / ij) and ``exact_cv`` before
 #: they were folded into cross_validate (measured agreement: 3.4e-12 or better)
 OLD_LOO = {"ridge": (0.4695954287164496, 0.44196704738810083, 0.46959542871644955),
            "logistic": (0.4300322137583369, 0.3626968116472265, 0.4353227895492238),

@@ -7,12 +7,12 @@ estimate tuned here is ALOOCV — the ``ns`` method of :func:`approxcv.cross_val
 ``ACV(lam) = 1/n sum_i l_i(theta_i)``. Cross-validation itself (any method, any folds)
 is :func:`approxcv.cross_validate`; this module only tunes.
 
-* :func:`aloocv_gradient` (:mod:`approxcv.tuning_gradient`) differentiates ``ACV`` with
+* :func:`aloocv_gradient` (:mod:`approxcv.selection.tuning_gradient`) differentiates ``ACV`` with
   respect to the vector ``lam`` (``"implicit"``, ``"seed"``, ``"full_fit_hessian"``).
   Penalty weights are kept positive by optimising ``rho = log lam``.
 * :func:`tune_regularization` takes Newton steps with the exact Hessian of ALOOCV in
-  ``log lam`` (:mod:`approxcv.tuning_newton`; the default for a smooth penalty with at most
-  :data:`NEWTON_MAX_WEIGHTS` weights), or runs Algorithm 1 (full gradient) or Algorithm 2
+  ``log lam`` (:mod:`approxcv.selection.tuning_newton`; the default for a smooth penalty
+  with at most :data:`NEWTON_MAX_WEIGHTS` weights), or runs Algorithm 1 (full gradient) or Algorithm 2
   (stochastic: a random mini-batch of LOO terms per step) of the seed paper with an optax
   optimiser, refitting warm-started at every step; it returns the path as a DataFrame and
   the :class:`~approxcv.results.CVResult` of leave-one-out CV at the best weights
@@ -22,7 +22,7 @@ is :func:`approxcv.cross_validate`; this module only tunes.
 Example:
     >>> import numpy as np
     >>> from approxcv.models import Ridge
-    >>> from approxcv.tuning import tune_regularization
+    >>> from approxcv.selection import tune_regularization
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(60, 5)); y = X[:, 0] + rng.normal(size=60)
     >>> out = tune_regularization(Ridge(np.ones(5)), (X, y), np.ones(5), max_iter=20)
@@ -39,16 +39,16 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ._validate import check_choice, check_positive_int
-from .engine.registry import get_method
-from .errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
+from .._validate import check_choice, check_positive_int
+from ..engine.registry import get_method
+from ..errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
                      NotPositiveDefiniteError)
-from .folds import leave_one_out
-from .results import CVResult, compare
+from ..folds import leave_one_out
+from ..results import CVResult, compare
 from .tuning_gradient import GRADIENTS, _problem_gradient, aloocv_gradient
-from .api import cross_validate
+from ..api import cross_validate
 from .tuning_newton import newton_tune
-from .models.erm.elastic_net import SupportChangeWarning
+from ..models.erm.elastic_net import SupportChangeWarning
 
 __all__ = ["aloocv_gradient", "TuneResult", "tune_regularization", "resolve_algorithm",
            "GRADIENTS", "NEWTON_MAX_WEIGHTS"]
@@ -178,7 +178,7 @@ def resolve_algorithm(model, algorithm: str) -> str:
 
 
 def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for) -> TuneResult:
-    """:func:`approxcv.tuning_newton.newton_tune` from ``lam`` (the fit from zero, by the
+    """:func:`approxcv.selection.tuning_newton.newton_tune` from ``lam`` (the fit from zero, by the
     loop's own Newton refits), its path as a DataFrame."""
     design = model.design(prepared)
     u0 = jnp.zeros(design.shape[1])
@@ -233,7 +233,7 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
     """Tune penalty weights on ALOOCV in ``rho = log lam``: Newton steps with its exact
     Hessian, or gradient descent (seed Algorithms 1/2).
 
-    ``"newton"`` (:mod:`approxcv.tuning_newton`): damped Newton steps on ``rho`` with the
+    ``"newton"`` (:mod:`approxcv.selection.tuning_newton`): damped Newton steps on ``rho`` with the
     exact gradient and Hessian of ALOOCV (implicit differentiation through the fit), refits
     by Newton on the smooth objective, each step one compiled program; it stops at a
     stationary point (``|dACV/drho| <= 1e-9 (1 + ACV)``). ``"full"``/``"stochastic"``:

@@ -2,7 +2,7 @@
 
 For a GLM-type model (:mod:`approxcv.models.erm`) with penalty ``lam^T r(theta)``, ALOOCV is
 the ``ns`` method's leave-one-out estimate ``ACV(lam) = 1/n sum_i l_i(theta_i)`` (one Newton
-step per sample from the full fit, Beirami et al. 2017); :mod:`approxcv.tuning` tunes
+step per sample from the full fit, Beirami et al. 2017); :mod:`approxcv.selection.tuning` tunes
 ``lam`` with it.
 
 * :func:`aloocv_gradient` differentiates ``ACV`` with respect to the vector ``lam``:
@@ -32,12 +32,12 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from ._compile import jit
-from ._validate import check_choice
-from .engine import aloo
-from .engine.batching import map_batches
-from .errors import NotPositiveDefiniteError
-from .optim.pd import jittered_cholesky
+from .._compile import jit
+from .._validate import check_choice
+from ..engine import aloo
+from ..engine.batching import map_batches
+from ..errors import NotPositiveDefiniteError
+from ..optim.pd import jittered_cholesky
 
 __all__ = ["aloocv_gradient", "GRADIENTS"]
 

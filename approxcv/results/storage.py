@@ -31,8 +31,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .folds import Folds
-from .errors import ArgumentTypeError, ResultFileError, ResultFileWarning, ResultWriteError
+from ..folds import Folds
+from ..errors import ArgumentTypeError, ResultFileError, ResultFileWarning, ResultWriteError
 
 __all__ = ["save_result", "load_result", "load_results", "scan_results", "SavedResult",
            "Skipped", "write_atomic"]

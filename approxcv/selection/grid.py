@@ -31,14 +31,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .api import _OPTION_NAMES, cross_validate
-from . import errors as _errors
-from .errors import (ApproxCVError, ArgumentTypeError, FitError, GridEntryWarning,
+from ..api import _OPTION_NAMES, cross_validate
+from .. import errors as _errors
+from ..errors import (ApproxCVError, ArgumentTypeError, FitError, GridEntryWarning,
                      InvalidArgumentError)
-from .executors import run_batches, to_numpy
-from .folds import as_folds
-from .models.base import check_model
-from .results import compare
+from ..executors import run_batches, to_numpy
+from ..folds import as_folds
+from ..models.base import check_model
+from ..results import compare
 
 __all__ = ["select", "Selection", "rank_entries", "warn_entries", "all_failed", "entry_flags",
            "EntryFailure"]

@@ -8,8 +8,8 @@ matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ._validate import check_choice  # noqa: E402
-from .results import accuracy  # noqa: E402
+from .._validate import check_choice  # noqa: E402
+from ..results import accuracy  # noqa: E402
 
 __all__ = ["scatter", "timing_bars", "compare"]
 

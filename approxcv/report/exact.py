@@ -8,10 +8,11 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from . import _html as H
-from .errors import InvalidArgumentError
-from .results import accuracy
-from .results_io import SavedResult
+from ..errors import InvalidArgumentError
+from ..results import accuracy
+from ..results.storage import SavedResult
+from . import markup as H
+from .plot import scatter
 
 MAX_ROWS = 50       # rows of a per-fold table before it is cut (the note says how many)
 
@@ -93,7 +94,6 @@ def _pair_summary(p: Pair) -> str:
 
 def _pair_figures(p: Pair) -> str:
     """Approximate against exact losses per point and per fold, side by side."""
-    from .plot import scatter
     import matplotlib.pyplot as plt
     figs = []
     for kind in ("point", "fold"):

@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import _html as H
-from ._report_exact import MAX_ROWS, compared, data_digest, model_name, result_name
-from .engine.fingerprint import folds_digest
-from .results import compare
-from .results_io import SavedResult, Skipped
+from . import markup as H
+from . import plot
+from .exact import MAX_ROWS, compared, data_digest, model_name, result_name
+from ..engine.fingerprint import folds_digest
+from ..results import compare
+from ..results.storage import SavedResult, Skipped
 
 MAX_IDS = 15        # fold ids listed per cause
 
@@ -83,7 +84,6 @@ def comparison_section(saved) -> tuple:
     """``(anchor, title, body)``: :func:`compare` of every group of two or more
     results computed on the same inputs (data, level, units and folds, by fingerprint), or
     why there is none. Results without a fingerprint of their data are not ranked."""
-    from . import plot
     groups: dict[tuple, list] = {}
     for s in saved:
         groups.setdefault(_inputs_key(s), []).append(s)
@@ -123,7 +123,6 @@ def comparison_section(saved) -> tuple:
 def timing_section(saved, pairs) -> tuple:
     """``(anchor, title, body)``: seconds of every result by stage, and timing bars
     (with the exact time extrapolated to an approximate result's folds, labelled so)."""
-    from .plot import timing_bars
     import matplotlib.pyplot as plt
     stages = sorted({k for s in saved for k in s.result.stage_seconds})
     rows = []
@@ -139,7 +138,7 @@ def timing_section(saved, pairs) -> tuple:
         if n_a > len(e):
             bars[f"{p.exact.label}, extrapolated to {n_a} folds"] = e.seconds / len(e) * n_a
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    timing_bars(bars, ax=ax, title="time after the fit")
+    plot.timing_bars(bars, ax=ax, title="time after the fit")
     ax.tick_params(axis="x", labelrotation=15)
     body = (H.table(pd.DataFrame(rows), index=False)
             + H.note("Wall seconds after the full-data fit ('fit': the fit, where "

@@ -121,7 +121,7 @@ def test_plot_compare_draws_one_row_per_model(loo_pair, tmp_path):
     folds, a, b = loo_pair
     table = acv.compare({"a": _result(folds, a[:, None]),
                          "b": _result(folds, b[:, None], unreliable=[0])})
-    ax = acv.plot.compare(table, path=tmp_path / "compare.png")
+    ax = acv.report.plot.compare(table, path=tmp_path / "compare.png")
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
     assert (tmp_path / "compare.png").stat().st_size > 0
 

@@ -1,8 +1,8 @@
 """Tuning a few penalty weights by second-order steps on ALOOCV in ``rho = log lam``.
 
 ``ACV(rho) = 1/n sum_i phi(a_i^T u_i, y_i)`` with ``u_i`` the ALOOCV (Sherman-Morrison)
-leave-one-out points around the fit ``u_hat(rho)`` (:mod:`approxcv.tuning_gradient`). Its gradient
-and Hessian in ``rho`` are exact, by implicit differentiation done by automatic
+leave-one-out points around the fit ``u_hat(rho)``
+(:mod:`approxcv.selection.tuning_gradient`). Its gradient and Hessian in ``rho`` are exact, by implicit differentiation done by automatic
 differentiation: ``u_hat(rho)`` is replaced by two Newton steps on ``F(., lam)`` from the
 converged fit held constant (``stop_gradient``), ``u_2(rho) = N(N(u_hat(rho_0), rho), rho)``.
 Newton's map converges quadratically, so ``u_2(rho) - u_hat(rho) = O(|rho - rho_0|^4)``:
@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._compile import jit
-from .optim.newton import newton_minimize
+from .._compile import jit
+from ..optim.newton import newton_minimize
 from .tuning_gradient import _acv_closed_form, _hessian
 
 __all__ = ["NewtonTuneResult", "newton_tune", "MAX_STEP", "GTOL"]

@@ -8,7 +8,6 @@ import os
 import re
 from pathlib import Path
 
-import numpy as np
 
 MODELS = ("poisson-hmm", "gaussian-hmm")
 DEFAULT_N_POINTS = 5000
@@ -111,6 +110,7 @@ def _read_table(p: Path):
 def _read_data(path: str):
     """Read ``--data``: return ``(values, description)`` where ``values`` is a pandas Series
     (CSV) or a NumPy array (.npy), not yet checked for numbers."""
+    import numpy as np      # not at import: `approxcv --help` stays light
     p = Path(path)
     if not p.exists():
         raise _BadOption("--data", f"file {path!r} does not exist")
@@ -137,6 +137,7 @@ def _read_data(path: str):
 
 def _check_values(values, where: str, model: str) -> np.ndarray:
     """Return the (already sliced) series as a NumPy array after checking it suits ``model``."""
+    import numpy as np      # not at import: `approxcv --help` stays light
     import pandas as pd
     if isinstance(values, pd.Series):
         if values.dtype == bool:
@@ -173,7 +174,7 @@ def _check_values(values, where: str, model: str) -> np.ndarray:
 def _load_series(path: str | None):
     """Return ``(x, where, source)``: the whole series of ``--data`` (values not yet checked)
     or the shipped call-volume series, a description for messages and one for the summary."""
-    from . import datasets
+    from .. import datasets
     if path is None:
         source = "calls (fpp2, 5-minute call volumes; shipped)"
         return datasets.load_calls(), "the shipped series", source
@@ -229,6 +230,7 @@ def validate(args) -> tuple[np.ndarray, str]:
 
     Returns ``(x, source)``, the series to use. Raises :class:`_BadOption` naming the flag.
     """
+    import numpy as np      # not at import: `approxcv --help` stays light
     values, where, source = _load_series(args.data)
     total = len(values) if np.ndim(values) else 0
     if total < 2:

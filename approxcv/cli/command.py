@@ -24,22 +24,22 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
-from ._version import __version__
-from ._cli_args import (DEFAULT_N_EXACT, DEFAULT_N_POINTS, MODELS, _BadOption, _fraction,
+from .._version import __version__
+from ..errors import (ApproxCVError, FitError, InvalidDataError, ResultFileError,
+                      ResultWriteError)
+from .args import (DEFAULT_N_EXACT, DEFAULT_N_POINTS, MODELS, _BadOption, _fraction,
                         _int_at_least, _nonempty, _one_line, _Parser, validate)
 
 
 def _build_model(name: str, n_states: int):
-    from . import models
+    from .. import models
     return models.PoissonHMM(n_states) if name == "poisson-hmm" else models.GaussianHMM(n_states)
 
 
 def _write(path: Path, write) -> None:
     """``write(path)``; an ``OSError`` or a :class:`~approxcv.errors.ResultWriteError` (no
     space left, permission denied) becomes a bad ``--out`` naming the file."""
-    from .errors import ResultWriteError
     try:
         write(path)
     except ResultWriteError as err:
@@ -54,8 +54,9 @@ def demo(args, data: tuple | None = None) -> dict:
 
     ``data`` is ``(x, source)`` from :func:`validate`; without it ``args`` are validated here.
     """
+    import numpy as np      # not at import: `approxcv --help` stays light
     import approxcv as acv
-    from .plot import scatter, timing_bars
+    from ..report.plot import scatter, timing_bars
 
     x, source = validate(args) if data is None else data
     out = Path(args.out)
@@ -136,7 +137,7 @@ def demo(args, data: tuple | None = None) -> dict:
     say(f"\nwrote {out}/summary.json, scatter_points.png, scatter_folds.png, timing.png, "
         "comparison.csv, results/ij.{json,npz}, results/exact.{json,npz}")
     if args.report:
-        from .report import build_report
+        from ..report import build_report
         _write(out / "report.html", lambda p: build_report(out, p))
         say(f"wrote {out}/report.html")
     return summary
@@ -147,9 +148,8 @@ def report(args) -> Path:
     path. Every file skipped (cannot be read as a result) is named on stderr, one line
     each, and on the page. Raises :class:`_BadOption` naming ``RESULT_DIR`` (also where no
     result could be read) or ``--out``."""
-    from .errors import ResultFileError
-    from .report import nothing_read, read_summary, report_html, report_path
-    from .results_io import scan_results, write_atomic
+    from ..report import nothing_read, read_summary, report_html, report_path
+    from ..results.storage import scan_results, write_atomic
     where = Path(args.result_dir)
     if not where.exists():
         raise _BadOption("RESULT_DIR", f"{args.result_dir!r} does not exist")
@@ -181,6 +181,7 @@ def report(args) -> Path:
 def _error_estimates(ij, exact, df) -> dict:
     """The IJ's per-fold error estimates beside the measured errors: adds the column
     ``error_estimate`` to the fold rows of ``df`` and returns the figures the demo prints."""
+    import numpy as np      # not at import: `approxcv --help` stays light
     est = np.asarray(ij.error_estimate)
     by_id = dict(zip(ij.fold_ids.tolist(), est.tolist()))
     folds = df["kind"] == "fold"
@@ -196,8 +197,14 @@ def _error_estimates(ij, exact, df) -> dict:
                                "measured": measured.tolist()}}
 
 
+#: what ``approxcv --help`` says first: plain text, no reStructuredText markup
+DESCRIPTION = ("Approximate cross-validation. 'approxcv demo' fits a hidden Markov model, "
+               "estimates many folds by the infinitesimal jackknife and checks a few by exact "
+               "refits; 'approxcv report RESULT_DIR' writes one HTML page from saved results.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="approxcv", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="approxcv", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"approxcv {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="IJ vs exact CV of an HMM on the shipped call-volume data")
@@ -250,7 +257,6 @@ _OPTION_OF = {"n_states": "--n-states", "frac": "--frac", "n_folds": "--n-folds"
 
 def _option_of(err) -> str | None:
     """The demo option an approxcv error raised during the run can be blamed on, if any."""
-    from .errors import FitError, InvalidDataError
     for name in re.findall(r"`([A-Za-z_]+)`", str(err)):
         if name in _OPTION_OF:
             return _OPTION_OF[name]
@@ -272,7 +278,6 @@ def main(argv=None) -> int:
             print(f"{sub.prog}: error: {err.option}: {_one_line(err)}", file=sys.stderr)
             return 2
     if args.command == "demo":
-        from .errors import ApproxCVError
         sub = parser.subparsers["demo"]
         try:
             demo(args, validate(args))

@@ -10,7 +10,7 @@ from approxcv.errors import ArgumentTypeError, InvalidArgumentError
 from approxcv.models.erm.elastic_net import ElasticNet, SupportChangeWarning
 from approxcv.models.erm.logistic import Logistic
 from approxcv.models.erm.ridge import Ridge
-from approxcv.tuning import GRADIENTS, aloocv_gradient, tune_regularization
+from approxcv.selection.tuning import GRADIENTS, aloocv_gradient, tune_regularization
 
 
 def loo(model, data, method="ns", params=None):
@@ -241,7 +241,7 @@ def test_tuned_result_is_a_cv_result_on_the_elpd_scale(ridge_data):
 def test_separable_penalty_hessian_equals_the_full_hessian(lam):
     import jax
     import jax.numpy as jnp
-    from approxcv.tuning_gradient import penalty_hessian
+    from approxcv.selection.tuning_gradient import penalty_hessian
     model = acv.models.Ridge(lam)
     pen = model.penalty
     assert pen.separable

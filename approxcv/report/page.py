@@ -19,13 +19,13 @@ import json
 import warnings
 from pathlib import Path
 
-from ._version import __version__
-from . import _html as H
-from ._report_exact import approx_exact_section, error_section, find_pairs
-from ._report_sections import (comparison_section, demo_section, results_section,
+from .._version import __version__
+from . import markup as H
+from .exact import approx_exact_section, error_section, find_pairs
+from .sections import (comparison_section, demo_section, results_section,
                                skipped_section, timing_section, unreliable_section)
-from .errors import InvalidArgumentError, ResultFileError, ResultFileWarning
-from .results_io import SavedResult, Skipped, scan_results, write_atomic
+from ..errors import InvalidArgumentError, ResultFileError, ResultFileWarning
+from ..results.storage import SavedResult, Skipped, scan_results, write_atomic
 
 __all__ = ["build_report", "report_html", "read_summary", "report_path", "nothing_read"]
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv import results_io
+from approxcv.results import storage as results_io
 from approxcv.errors import ResultFileError, ResultFileWarning, ResultWriteError
 
 

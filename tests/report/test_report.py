@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv import cli
+from approxcv.cli import command as cli
 from approxcv.engine.fingerprint import result_fingerprint
 from approxcv.errors import ArgumentTypeError, ResultFileError
 from approxcv.models.hmm.poisson_hmm import PoissonHMMParams

@@ -10,8 +10,9 @@ import os
 import numpy as np
 import pytest
 
-from approxcv import _cli_args as cli_args
-from approxcv import __version__, cli
+from approxcv.cli import args as cli_args
+from approxcv import __version__
+from approxcv.cli import command as cli
 from approxcv.errors import FitError, InvalidArgumentError, InvalidDataError
 
 FILES = {
