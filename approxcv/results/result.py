@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..errors import InvalidArgumentError
 from ..folds import Folds
+from .diagnostics import Diagnostics
 from .storage import save_result
 
 __all__ = ["CVResult"]
@@ -30,7 +31,10 @@ class CVResult:
         params_flat: ``(n_folds, D)`` unconstrained parameters.
         seconds: wall time after the initial fit.
         stage_seconds: wall time of each stage (derivatives, solve/refit, heldout).
-        diagnostics: dict with at least ``grad_norm``, ``hessian_min_eig``, ``jitter``.
+        diagnostics: a :class:`~approxcv.results.diagnostics.Diagnostics` record: typed
+            fields common to every method (``unreliable_folds``, ``unreliable_causes``,
+            ``error_estimate``, ``tol``, ``num_params``, ...) and the method's own entries in
+            ``diagnostics.extras``; a dict over both (a plain dict given here is converted).
         fit_seconds: time of the initial fit if ``cross_validate`` ran it, else ``None``.
         fingerprint: what the result was computed on,
             :func:`~approxcv.engine.fingerprint.result_fingerprint`: ``{"data": sha256 of
@@ -53,6 +57,10 @@ class CVResult:
     diagnostics: dict = field(default_factory=dict)
     fit_seconds: float | None = None
     fingerprint: dict | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.diagnostics, Diagnostics):
+            self.diagnostics = Diagnostics(self.diagnostics, n_folds=len(self.fold_loss))
 
     @property
     def fold_ids(self) -> np.ndarray:
@@ -83,7 +91,7 @@ class CVResult:
         """``(n_folds,)`` bool: folds the method cannot vouch for
         (``diagnostics["unreliable_folds"]``) and folds whose fold loss or any point loss is
         not finite (a NaN is never an estimate, flagged or not)."""
-        bad = np.asarray(self.diagnostics.get("unreliable_folds", []), dtype=int)
+        bad = self.diagnostics.unreliable_folds
         return np.isin(self.fold_ids, bad) | ~_finite_folds(self)
 
     @property
