@@ -71,7 +71,7 @@ def tuning_runs(train, test, iters, every):
             warnings.simplefilter("always", SupportChangeWarning)
             res = tune_regularization(ElasticNet(20.0, 5.0), train, [20.0, 5.0],
                                       algorithm=algorithm, max_iter=iters, learning_rate=0.1,
-                                      batch_size=20, eval_every=every, seed=0)
+                                      minibatch_size=20, eval_every=every, seed=0)
         seconds = time.perf_counter() - t
         rows = []
         for k in range(0, len(res.path), every):

@@ -104,7 +104,7 @@ def main(quick: bool = False):
     for algorithm in ("full", "stochastic"):
         t = time.perf_counter()
         res = tune_regularization(Ridge(tuple(lam0)), train, lam0, algorithm=algorithm,
-                                  max_iter=iters, learning_rate=0.1, batch_size=15,
+                                  max_iter=iters, learning_rate=0.1, minibatch_size=15,
                                   eval_every=5, test_data=test)
         seconds = time.perf_counter() - t
         evaluated = res.path["acv_full"].notna().to_numpy()

@@ -82,7 +82,7 @@ class TuneResult:
         algorithm, gradient: the settings used (``algorithm`` as resolved from
             ``"auto"``).
         converged: the tuning's own stopping test was met (``"newton"``: the gradient
-            test; the first-order algorithms run ``max_iter`` steps or stop at ``tol``
+            test; the first-order algorithms run ``max_iter`` steps or stop at ``stop_rtol``
             and report ``True``).
     """
     path: pd.DataFrame
@@ -227,8 +227,8 @@ def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for) -> TuneResu
 def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
                         gradient: str = "implicit", optimizer=None,
                         learning_rate: float = 0.1, max_iter: int = 50,
-                        batch_size: int | None = None, eval_every: int = 10, seed: int = 0,
-                        tol: float = 0.0, test_data=None, method: str = "ns",
+                        minibatch_size: int | None = None, eval_every: int = 10, seed: int = 0,
+                        stop_rtol: float = 0.0, test_data=None, method: str = "ns",
                         warn: bool = True) -> TuneResult:
     """Tune penalty weights on ALOOCV in ``rho = log lam``: Newton steps with its exact
     Hessian, or gradient descent (seed Algorithms 1/2).
@@ -247,9 +247,10 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
         algorithm: ``"auto"`` (default: :func:`resolve_algorithm` — ``"newton"`` for a
             smooth penalty with at most :data:`NEWTON_MAX_WEIGHTS` weights, else
             ``"full"``), ``"newton"``, ``"full"`` (Algorithm 1: Adam on all ``n`` LOO
-            terms per step) or ``"stochastic"`` (Algorithm 2: ``batch_size`` random LOO
+            terms per step) or ``"stochastic"`` (Algorithm 2: ``minibatch_size`` random LOO
             terms per step). ``"newton"`` ignores ``gradient``, ``optimizer``,
-            ``learning_rate``, ``batch_size``, ``eval_every``, ``seed`` and ``tol``; its
+            ``learning_rate``, ``minibatch_size``, ``eval_every``, ``seed`` and
+            ``stop_rtol``; its
             path has the accepted points, ``seconds`` at each (the wall time since the call
             when the step was done, compilation included, as for the other algorithms)
             and ``test_loss`` at the last only.
@@ -257,11 +258,12 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
         optimizer: an ``optax.GradientTransformation``; default ``optax.adam(learning_rate)``.
         learning_rate: step size of the default optimiser (in ``log lam``).
         max_iter: number of iterations.
-        batch_size: mini-batch size of Algorithm 2 (default ``max(1, n // 10)``).
+        minibatch_size: mini-batch size of Algorithm 2 (default ``max(1, n // 10)``).
         eval_every: Algorithm 2 evaluates the full ALOOCV every ``eval_every`` iterations
             (and at the last) to choose the best weights.
         seed: seed of the mini-batch sampling.
-        tol: stop early when the full ALOOCV changes by less than ``tol`` (relative).
+        stop_rtol: stop early when the full ALOOCV changes by less than ``stop_rtol``
+            (relative; ``tol`` is everywhere else the error-estimate threshold).
         test_data: optional ``(X_test, y_test)``; the out-of-sample loss is recorded.
         method: the ``cross_validate`` method of the leave-one-out :class:`CVResult` at the
             best weights (``TuneResult.cv_result``); ``"ns"`` (ALOOCV, default) is what the path
@@ -294,7 +296,8 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
     if algorithm == "newton":
         return _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for)
     if algorithm == "stochastic":
-        batch_size = min(check_positive_int("batch_size", batch_size or max(1, n // 10)), n)
+        minibatch_size = min(check_positive_int(
+            "minibatch_size", minibatch_size or max(1, n // 10)), n)
     rng = np.random.default_rng(seed)
     opt = optimizer or optax.adam(learning_rate)
     rho = jnp.log(jnp.asarray(lam))
@@ -313,7 +316,8 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
             acv, grad = _problem_gradient(prob, gradient, np.arange(n), 128)
             acv_full = acv
         else:
-            acv, grad = _problem_gradient(prob, gradient, rng.choice(n, batch_size, False), 128)
+            acv, grad = _problem_gradient(prob, gradient, rng.choice(n, minibatch_size, False),
+                                          128)
             acv_full = np.nan
             if it % eval_every == 0 or it == max_iter - 1:
                 acv_full = _problem_gradient(prob, "implicit", np.arange(n), 128)[0]
@@ -326,9 +330,9 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
         row.update({"lam": lam[0]} if lam.size == 1 else
                    {f"lam_{j}": lam[j] for j in range(lam.size)})
         rows.append(row)
-        if tol > 0 and len(rows) > 1 and np.isfinite(acv_full):
+        if stop_rtol > 0 and len(rows) > 1 and np.isfinite(acv_full):
             prev = [r["acv_full"] for r in rows[:-1] if np.isfinite(r["acv_full"])]
-            if prev and abs(prev[-1] - acv_full) <= tol * abs(prev[-1]):
+            if prev and abs(prev[-1] - acv_full) <= stop_rtol * abs(prev[-1]):
                 break
         updates, state = opt.update(jnp.asarray(grad_rho), state, rho)
         rho = optax.apply_updates(rho, updates)

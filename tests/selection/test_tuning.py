@@ -160,7 +160,7 @@ def test_algorithm_1_tunes_per_coordinate_ridge():
 def test_algorithm_2_and_elastic_net(ridge_data):
     X, y = ridge_data
     res = tune_regularization(ElasticNet(1.0, 1.0), (X, y), [1.0, 1.0], algorithm="stochastic",
-                              batch_size=8, max_iter=12, eval_every=4,
+                              minibatch_size=8, max_iter=12, eval_every=4,
                               optimizer=optax.sgd(0.5), seed=3)
     path = res.path
     assert path["acv_full"].notna().sum() == 4               # iterations 0, 4, 8 and the last
