@@ -11,7 +11,7 @@ from ._validate import check_choice
 from .engine.audit import audit_folds
 from .engine.heldout import heldout_losses
 from .engine.diagnostics import record_unreliable, unreliable_causes
-from .engine.error_estimate import complete_estimates
+from .engine.error_estimate import estimate_errors
 from .engine.fingerprint import result_fingerprint
 from .engine.options import Options
 from .engine.registry import get_method
@@ -128,8 +128,10 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
     if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
         t_est = time.perf_counter()
-        est = complete_estimates(problem, params_flat, fold_loss, index, diagnostics,
-                                 opts.tol, opts.batch_size, opts.progress)[0]
+        est = estimate_errors(problem, params_flat, fold_loss, index,
+                              diagnostics.pop("chord_correction"), opts.batch_size,
+                              opts.progress, points=False)[0]
+        diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
         causes = unreliable_causes(diagnostics.get("unreliable"), len(folds))
         causes["error_estimate_above_tol"] = ~(est <= opts.tol)
         diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)

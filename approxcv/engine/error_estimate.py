@@ -40,18 +40,15 @@ import jax.scipy.linalg as jsl
 import numpy as np
 
 from .batching import fold_batch_size, fold_weights, in_chunks, map_batches, progress_chunk
-from .chord import (SCREEN_RATE, SCREEN_SAFETY, chord_step, contraction_rate, extrapolate,
-                    first_chord_step, screen_bound, second_chord_step)
+from .chord import chord_step, contraction_rate, extrapolate
 from .heldout import heldout_losses
-from .lanes import (lanes_chord_steps, lanes_first_steps, lanes_fold_losses,
-                    lanes_second_steps, use_lanes)
+from .lanes import lanes_chord_steps, lanes_fold_losses, use_lanes
 from .matrix_free import block_conjugate_gradient
 from .windows import taylor_chord_steps, use_taylor_chord_steps
 from .._compile import jit
 
-__all__ = ["ij_chord_steps", "ij_first_steps", "ij_second_steps", "ij_chord_steps_cg",
-           "full_hessian_chord_steps", "refined_params", "estimate_errors",
-           "complete_estimates"]
+__all__ = ["ij_chord_steps", "ij_chord_steps_cg", "full_hessian_chord_steps",
+           "refined_params", "estimate_errors"]
 
 
 @partial(jit, static_argnums=(0, 5, 6))
@@ -62,25 +59,6 @@ def ij_chord_steps(fun, chol, params, index, data, n: int, batch_size: int):
         u, idx = args
         return chord_step(fun, chol, u, fold_weights(idx, n), data)
     return map_batches(one, (params, index), batch_size)
-
-
-@partial(jit, static_argnums=(0, 5, 6))
-def ij_first_steps(fun, chol, params, index, data, n: int, batch_size: int):
-    """First chord steps of every IJ fold: ``(d_1 (n_folds, D), d_1' r_1, F(u_m, w_o))``."""
-    def one(args):
-        u, idx = args
-        return first_chord_step(fun, chol, u, fold_weights(idx, n), data)
-    return map_batches(one, (params, index), batch_size)
-
-
-@partial(jit, static_argnums=(0, 8, 9))
-def ij_second_steps(fun, chol, params, index, d1, d1_sq, value, data, n: int,
-                    batch_size: int):
-    """``(correction, rho)`` of IJ folds from their first chord steps."""
-    def one(args):
-        u, idx, a, b, c = args
-        return second_chord_step(fun, chol, u, fold_weights(idx, n), data, a, b, c)
-    return map_batches(one, (params, index, d1, d1_sq, value), batch_size)
 
 
 @partial(jit, static_argnums=(0, 5, 7, 8, 9))
@@ -117,16 +95,7 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
     (:func:`approxcv.engine.lanes.lanes_chord_steps`, whose pass also gives the held-out
     losses at ``params``: ``info["heldout"]``). Applied to the IJ's points this is the IJ's own
     estimate; applied to a refined point ``u*`` it is the next round of the same iteration
-    (``method="auto"``'s chord stage).
-
-    With ``info`` (the IJ's diagnostics) only the first chord step is taken here (lanes:
-    from the held-out pass): the correction returned is ``d_1``, the rate ``NaN``, and
-    ``info["chord_pending"]`` holds what :func:`complete_estimates` needs to screen the
-    folds and take the second step only where the screen cannot clear a fold
-    (:func:`approxcv.engine.chord.screen_bound`). Short folds on a long series (windows)
-    take both steps as before."""
-    if chol is not None and info is not None and not use_taylor_chord_steps(problem, index):
-        return _first_steps(problem, params, index, options, chol, info)
+    (``method="auto"``'s chord stage)."""
     if chol is not None:
         def full(p_rows, idx_rows):
             batch = int(options.batch_size or fold_batch_size(problem, len(idx_rows)))
@@ -155,92 +124,6 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
         min(options.batch_size or 64, hvp_batch), hvp_batch)
     return (np.where(np.asarray(solved)[:, None], np.asarray(step), np.nan),
             np.asarray(rate))
-
-
-def _first_steps(problem, params, index, options, chol, info):
-    """The first chord step of every fold, the rest pending (:func:`full_hessian_chord_steps`)."""
-    if use_lanes(problem, index):
-        d1, d1_sq, value, heldout = lanes_first_steps(problem, params, index, chol,
-                                                      options.batch_size, options.progress)
-        info["heldout"] = heldout
-    else:
-        idx_all = np.asarray(index)
-        batch = int(options.batch_size or fold_batch_size(problem, len(idx_all)))
-        chunk = progress_chunk(len(idx_all), batch, problem.data)
-        d1, d1_sq, value = in_chunks(
-            lambda p, i: ij_first_steps(problem.fun, chol, p, i, problem.data,
-                                        problem.n_units, batch),
-            (np.asarray(params), idx_all), chunk, "error estimates", options.progress)
-    chol_np = np.asarray(chol)
-    step = np.linalg.norm((np.asarray(params) - np.asarray(problem.u_full)[None]) @ chol_np,
-                          axis=1)
-    info["chord_pending"] = {"d1_sq": np.asarray(d1_sq), "value": np.asarray(value),
-                             "step_norm": step, "chol": chol}
-    return np.asarray(d1), np.full(len(step), np.nan)
-
-
-def _bucket(rows, total: int):
-    """``rows`` padded (repeating the first) to a power of two, at most ``total``: few
-    distinct shapes, so few compiled programs, for the folds the screen leaves."""
-    size = min(total, 1 << int(np.ceil(np.log2(max(rows.size, 1)))))
-    return np.concatenate([rows, np.repeat(rows[:1], max(size - rows.size, 0))])
-
-
-def _second_steps(problem, params, index, pending, d1, batch_size, progress):
-    """``(correction, rho)`` of the folds ``params`` from their first steps."""
-    chol, d1_sq, value = pending["chol"], pending["d1_sq"], pending["value"]
-    if use_lanes(problem, index):
-        return lanes_second_steps(problem, params, index, chol, d1, d1_sq, value,
-                                  batch_size, progress)
-    batch = int(batch_size or fold_batch_size(problem, len(index)))
-    chunk = progress_chunk(len(index), batch, problem.data)
-    return in_chunks(lambda p, i, a, b, c: ij_second_steps(
-        problem.fun, chol, p, i, a, b, c, problem.data, problem.n_units, batch),
-        (params, index, d1, d1_sq, value), chunk, "error estimates", progress)
-
-
-def complete_estimates(problem, params, fold_loss, index, diagnostics, tol: float,
-                       batch_size: int | None = None, progress: bool = False):
-    """Every fold's error estimate from the method's diagnostics (pops
-    ``"chord_correction"`` and ``"chord_pending"``; sets ``"chord_rate"`` and, where
-    folds were screened, ``"chord_screen"``).
-
-    Without a pending first step this is :func:`estimate_errors`. With one
-    (:func:`full_hessian_chord_steps` given the IJ's diagnostics), folds whose screen
-    bound ``S`` satisfies ``SCREEN_SAFETY * S <= tol`` are cleared: their estimate is
-    ``S``, their correction ``d_1``; the others take the second chord step and the
-    held-out pass at ``u*`` (folds padded to a power of two of rows).
-
-    Returns:
-        ``(estimate (n_folds,), correction (n_folds, D))``.
-    """
-    correction = np.asarray(diagnostics.pop("chord_correction"))
-    pending = diagnostics.pop("chord_pending", None)
-    if pending is None:
-        diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
-        est = estimate_errors(problem, params, fold_loss, index, correction, batch_size,
-                              progress, points=False)[0]
-        return est, correction
-    params, index = np.asarray(params), np.asarray(index)
-    fold_loss = np.asarray(fold_loss, np.float64)
-    bound, rate = (np.asarray(a, np.float64) for a in screen_bound(
-        pending["step_norm"], pending["d1_sq"], fold_loss))
-    cleared = SCREEN_SAFETY * bound <= tol
-    est, correction, rate = bound.copy(), correction.copy(), rate.copy()
-    todo = np.flatnonzero(~cleared)
-    if todo.size:
-        rows = _bucket(todo, len(params))
-        sub = {k: pending[k][rows] for k in ("d1_sq", "value")}
-        corr, rho = _second_steps(problem, params[rows], index[rows], {**pending, **sub},
-                                  correction[rows], batch_size, progress)
-        k = todo.size
-        est[todo] = estimate_errors(problem, params[rows], fold_loss[rows], index[rows],
-                                    corr, batch_size, progress, points=False)[0][:k]
-        correction[todo], rate[todo] = np.asarray(corr)[:k], np.asarray(rho)[:k]
-    diagnostics["chord_rate"] = rate
-    diagnostics["chord_screen"] = {"cleared": int(cleared.sum()), "safety": SCREEN_SAFETY,
-                                   "max_rate": SCREEN_RATE}
-    return est, correction
 
 
 def refined_params(params, correction):

@@ -29,7 +29,7 @@ from .chord import contraction_rate, extrapolate
 from .windows import use_windows
 
 __all__ = ["use_lanes", "lane_batch_size", "lanes_heldout_losses", "lanes_fold_losses",
-           "lanes_chord_steps", "lanes_first_steps", "lanes_second_steps",
+           "lanes_chord_steps",
            "LANES_MEMORY", "LANES_MIN_WORK"]
 
 #: folds x series length above which folds go in lanes (below it the per-fold passes are
@@ -132,25 +132,6 @@ def _floor(lanes, u):
 
 
 @partial(jit, static_argnums=(0, 5, 6, 7))
-def _first(lanes, chol, u, index, data, n: int, cap: int, block: int):
-    """``(d_1, d_1' r_1, F(u_m, w_o), fold_loss, points)`` of a batch of IJ folds: the
-    held-out pass at ``u_m`` with the kept model's gradient (the first chord step)."""
-    fold_loss, points, value, r1 = _run(lanes, u, index, data, n, cap, True, True, True, block)
-    d1 = jsl.cho_solve((chol, True), r1.T).T
-    return d1, jnp.sum(d1 * r1, axis=1), value, fold_loss, points
-
-
-@partial(jit, static_argnums=(0, 8, 9, 10))
-def _second(lanes, chol, u, index, d1, d1_sq, value, data, n: int, cap: int, block: int):
-    """``(correction, rho)`` of a batch of folds from their first chord steps: a kept-model
-    pass at ``u_m - d_1``."""
-    r2 = _run(lanes, u - d1, index, data, n, cap, False, False, True, block)[3]
-    d2 = jsl.cho_solve((chol, True), r2.T).T
-    rho = contraction_rate(jnp.sum(d2 * r2, axis=1), d1_sq, value)
-    return jax.vmap(extrapolate)(d1, d2, rho), rho
-
-
-@partial(jit, static_argnums=(0, 5, 6, 7))
 def _chord(lanes, chol, u, index, data, n: int, cap: int, block: int):
     """``(correction, rho, fold_loss, points)`` of a batch of IJ folds: the held-out pass at
     ``u_m`` gives ``r_1 = grad F(u_m, w_o)``, a kept-model pass at ``u_m - d_1`` gives
@@ -163,7 +144,7 @@ def _chord(lanes, chol, u, index, data, n: int, cap: int, block: int):
     return jax.vmap(extrapolate)(d1, d2, rho), rho, fold_loss, points
 
 
-def _batches(problem, params, index, batch_size, memory, progress, desc, call, extra=()):
+def _batches(problem, params, index, batch_size, memory, progress, desc, call):
     """``call(u, index, cap, block)`` over batches of folds (the last padded), NumPy
     outputs, one batch per core at once (:func:`approxcv._compile.host_workers`; the
     memory budget is shared among them, and the folds are split into at least as many
@@ -181,8 +162,8 @@ def _batches(problem, params, index, batch_size, memory, progress, desc, call, e
     params = np.asarray(params)
     block = safe_block(float(_floor(problem.lanes, jnp.asarray(params))))
     block = block if _chunk(n) % block == 0 else 1
-    return in_chunks(lambda u, i, *e: call(u, i, cap, block, *e),
-                     (params, index) + tuple(extra), size, desc, progress, workers)
+    return in_chunks(lambda u, i: call(u, i, cap, block), (params, index), size, desc,
+                     progress, workers)
 
 
 def lanes_heldout_losses(problem, params_flat, index, batch_size: int | None = None,
@@ -215,27 +196,3 @@ def lanes_chord_steps(problem, params, index, chol, batch_size: int | None = Non
         lambda u, i, cap, block: _chord(problem.lanes, chol, u, i, problem.data,
                                         problem.n_units, cap, block))
     return corr, rho, (loss, points)
-
-
-def lanes_first_steps(problem, params, index, chol, batch_size: int | None = None,
-                      progress: bool = False, memory: int | None = None):
-    """``(d_1, d_1' r_1, F(u_m, w_o), (fold_loss, point_loss))`` of the IJ folds ``params``:
-    the first chord step of every fold and its held-out losses, from one pass."""
-    chol = jnp.asarray(chol)
-    d1, d1_sq, value, loss, points = _batches(
-        problem, params, index, batch_size, memory, progress, "held-out losses, chord steps",
-        lambda u, i, cap, block: _first(problem.lanes, chol, u, i, problem.data,
-                                        problem.n_units, cap, block))
-    return d1, d1_sq, value, (loss, points)
-
-
-def lanes_second_steps(problem, params, index, chol, d1, d1_sq, value,
-                       batch_size: int | None = None, progress: bool = False,
-                       memory: int | None = None):
-    """``(correction, rho)`` of folds from their first chord steps
-    (:func:`lanes_first_steps`)."""
-    chol = jnp.asarray(chol)
-    return _batches(problem, params, index, batch_size, memory, progress, "chord steps",
-                    lambda u, i, cap, block, a, b, c: _second(
-                        problem.lanes, chol, u, i, a, b, c, problem.data, problem.n_units,
-                        cap, block), extra=(d1, d1_sq, value))

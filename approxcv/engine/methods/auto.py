@@ -34,8 +34,7 @@ import numpy as np
 from ...folds import Folds
 from ..audit import refit_problem
 from ..diagnostics import unreliable_causes
-from ..error_estimate import (complete_estimates, estimate_errors,
-                              full_hessian_chord_steps, refined_params)
+from ..error_estimate import estimate_errors, full_hessian_chord_steps, refined_params
 from ..heldout import heldout_losses
 from ..exact_optima import (RESTART_RTOL, candidate_columns, full_objectives,
                             pair_objectives)
@@ -88,11 +87,11 @@ def run_with_estimate(name, problem, folds, options, keep: int | None = None):
     fold_loss, points = (np.array(a) for a in (diag.pop("heldout") if "heldout" in diag
                                                else heldout_losses(problem, params, index,
                                                                    options.batch_size)))
-    correction = None
-    if "chord_correction" in diag:          # the IJ's first steps: screened, completed
-        est, correction = complete_estimates(problem, params, fold_loss, index, diag,
-                                             options.tol, options.batch_size)
-        est, correction = est[:keep], correction[:keep]
+    correction = diag.pop("chord_correction", None)
+    if correction is not None:
+        correction = np.asarray(correction)[:keep]
+        est = estimate_errors(problem, params[:keep], fold_loss[:keep], index[:keep],
+                              correction, options.batch_size, points=False)[0]
     else:
         est = np.full(keep, np.nan)
     causes = unreliable_causes(diag.pop("unreliable", None), len(folds))
