@@ -1,0 +1,113 @@
+"""What the IJ's per-fold error estimate costs (issue 39, item 5): bare IJ vs IJ with its
+estimate, as a ratio measured in one run, and the flag's recall against exact refits.
+
+Cases: the demo (PoissonHMM(2) on the call data, T = 5,000, 1,000 i.i.d. 10 % folds: folds
+in lanes) and SIDS (2-state hidden Potts, beta = 0.5, leave-one-county-out, 100 folds: one
+pass per fold). Per case:
+
+* **IJ + estimate**: ``cross_validate(..., method="ij")``, first call (compiles; the share
+  of its ``error_estimate`` stage) and the least of ``REPEATS`` warm calls (``res.seconds``,
+  with every stage time);
+* **bare IJ** (warm): its derivatives and solve stages plus one held-out evaluation of every
+  fold at the IJ points (:func:`approxcv.engine.heldout.heldout_losses`), least of
+  ``REPEATS`` calls, in the same process (a bare first call cannot be timed here: the IJ's
+  call compiled its held-out program already);
+* **recall**: exact CV on ``N_EXACT`` folds (SIDS: all 100): folds whose fold loss is more
+  than 10 % off exact, and how many of them the estimate flags (``> tol``); also how many
+  folds the screen cleared (``diagnostics["chord_screen"]``).
+
+    python benchmarks/error_estimate_cost.py [--quick]
+
+Writes ``benchmarks/results/error_estimate_cost.json``. Targets (reported, not asserted):
+warm ratio <= 2 on both cases, recall >= 90 %.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+import approxcv as acv
+from approxcv.engine.heldout import heldout_losses
+from approxcv.problem import make_problem
+
+try:
+    from _common import write_json
+except ImportError:                                   # run as a module from the repo root
+    from benchmarks._common import write_json
+
+REPEATS = 3
+N_EXACT = 20
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def measure(name, model, data, folds, n_exact):
+    params = model.fit(data)
+    kw = dict(params=params, progress=False, warn=False)
+    first, _ = _timed(lambda: acv.cross_validate(model, data, folds, "ij", **kw))
+    runs = [acv.cross_validate(model, data, folds, "ij", **kw) for _ in range(REPEATS)]
+    res = min(runs, key=lambda r: r.seconds)
+    problem = make_problem(model, data, params)
+    index = folds.padded()
+    bare_held = min(_timed(lambda: heldout_losses(problem, res.params_flat, index))[1]
+                    for _ in range(REPEATS))
+    core = lambda r: r.stage_seconds["derivatives"] + r.stage_seconds["solve"]  # noqa: E731
+    bare = min(core(r) for r in runs) + bare_held
+    sub = folds.subset(np.arange(min(n_exact, len(folds))))
+    exact = acv.cross_validate(model, data, sub, "exact", **kw)
+    k = len(sub)
+    est = np.asarray(res.error_estimate)[:k]
+    true = np.abs(res.fold_loss[:k] - exact.fold_loss) / np.abs(exact.fold_loss)
+    tol = float(res.diagnostics["tol"])
+    bad = true > 0.1
+    off = true > tol
+    out = {"n_folds": len(folds), "n_exact": k,
+           "ij_with_estimate_seconds": res.seconds,
+           "ij_with_estimate_stage_seconds": res.stage_seconds,
+           "bare_ij_seconds": bare, "ratio_warm": res.seconds / bare,
+           "ij_with_estimate_first_call_seconds": first.seconds,
+           "ij_first_call_stage_seconds": first.stage_seconds,
+           "first_call_estimate_share": first.stage_seconds["error_estimate"] / first.seconds,
+           "screen": res.diagnostics.get("chord_screen"),
+           "n_flagged": int(np.sum(~(np.asarray(res.error_estimate) <= tol))),
+           "n_bad_exact": int(bad.sum()), "n_bad_flagged": int(np.sum(bad & ~(est <= tol))),
+           "recall": float(np.mean(~(est[bad] <= tol))) if bad.any() else None,
+           "n_off_tol_exact": int(off.sum()),
+           "n_off_tol_flagged": int(np.sum(off & ~(est <= tol))),
+           "max_true_rel_error": float(true.max()),
+           "estimate_over_true_min": float(np.min(est / np.maximum(true, 1e-300)))}
+    print(f"{name}: IJ+estimate {res.seconds:.3f}s, bare {bare:.3f}s, ratio "
+          f"{out['ratio_warm']:.2f} (first call: estimate {out['first_call_estimate_share']:.0%} "
+          f"of {first.seconds:.1f}s); screen "
+          f"{out['screen']}; >10% off {out['n_bad_exact']}, flagged {out['n_bad_flagged']}",
+          flush=True)
+    return out
+
+
+def main(quick: bool):
+    out = {"description": __doc__.split("\n\n")[0], "quick": quick, "repeats": REPEATS,
+           "load_average_at_start": list(os.getloadavg())}
+    t = 2000 if quick else 5000
+    x = acv.datasets.load_calls(t)
+    out["demo"] = {"T": t, **measure("demo", acv.models.PoissonHMM(2), x,
+                                     acv.folds.iid(t, 0.1, 200 if quick else 1000, seed=0),
+                                     N_EXACT)}
+    d = acv.datasets.load_sids()
+    out["sids"] = measure("sids", acv.models.HiddenPotts(d.adjacency, 2, beta=0.5, n_init=2),
+                          (d.sids74, d.births74 / 1000.0),
+                          acv.folds.leave_one_out(len(d.sids74)), 100)
+    out["load_average_at_end"] = list(os.getloadavg())
+    write_json("error_estimate_cost", quick, out)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    main(parser.parse_args().quick)
