@@ -16,7 +16,7 @@ warn_if_deadlock_prone(jaxlib.__version__)
 # the global JAX settings approxcv changes: 64-bit floats, and a persistent compilation
 # cache under the user's cache directory (APPROXCV_NO_COMPILATION_CACHE=1 turns it off)
 jax.config.update("jax_enable_x64", True)
-compilation_cache_dir = _compilation_cache.enable(jax.config)
+compilation_cache_dir = _compilation_cache.enable(jax.config, jaxlib.__version__)
 
 from . import datasets, engine, errors, folds, inference, models, optim, tuning  # noqa: E402
 from . import composite  # noqa: E402
