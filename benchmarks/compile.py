@@ -13,7 +13,10 @@ cold run filled). Scenarios:
 * ``tuning``: lambda tuning of a ridge regression by ALOOCV (``tune_regularization``);
 * ``select``: ``acv.select`` over PoissonHMM(n_states = 2, 3, 4) with IJ: three distinct
   parameter shapes, so each program should compile at most three times
-  (``max_compiles_per_program``).
+  (``max_compiles_per_program``);
+* ``select_prior``: ``acv.select`` over PoissonHMM(2) with three values of the prior's
+  ``rate_rate``: one parameter shape, so ideally one compile per program (run with
+  ``--only select_prior``; not in the default list).
 
 A third process per scenario (``kernels``, cache off, not timed) dumps every program XLA
 compiles (``--xla_dump_to``) and counts its kernels in the optimised HLO: fusions and the
@@ -118,7 +121,7 @@ def _composite(acv, np):
 def _gp(acv, np):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 2))
-    y = (X[:, 0] + 0.5 * rng.normal(size=40) > 0).astype(float)
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=40) > 0, 1.0, -1.0)
     fit = acv.bayes.GP("probit").fit(X, y)
     acv.bayes.loo(fit, "la")
 
@@ -137,9 +140,16 @@ def _select(acv, np):
                progress=False)
 
 
+def _select_prior(acv, np):
+    x = acv.datasets.load_calls(1000)
+    folds = acv.folds.iid(len(x), frac=0.1, n_folds=50, seed=0)
+    acv.select(acv.models.PoissonHMM, [{"n_states": 2, "rate_rate": r}
+                                       for r in (1e-3, 1e-2, 1e-1)], x, folds, progress=False)
+
+
 SCENARIOS = {"readme": _readme, "gaussian_hmm": _gaussian_hmm, "logistic": _logistic,
              "crf": _crf, "potts": _potts, "composite": _composite, "gp": _gp,
-             "tuning": _tuning, "select": _select}
+             "tuning": _tuning, "select": _select, "select_prior": _select_prior}
 
 #: instructions that are no kernel of their own
 _NOT_KERNELS = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while",
@@ -278,7 +288,8 @@ def scenario(name: str, kernels: bool = True) -> dict:
 
 
 def main(quick: bool, only, kernels: bool = True) -> dict:
-    names = only or (["readme", "tuning"] if quick else list(SCENARIOS))
+    names = only or (["readme", "tuning"] if quick else
+                     [n for n in SCENARIOS if n != "select_prior"])
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     out = {"cores": os.cpu_count(), "load_before": load, "scenarios": {}}
     path = os.path.join(HERE, "results", "compile" + ("_quick" if quick else "") + ".json")
