@@ -55,7 +55,7 @@ from pathlib import Path
 try:  # jaxlib's setter of the C++ log level, the one ``jax_logging_level`` uses (private)
     from jax._src.lib import utils as _jaxlib_utils
     absl_set_min_log_level = _jaxlib_utils.absl_set_min_log_level
-except (ImportError, AttributeError):  # another jaxlib: the environment variable alone (read when it starts)
+except (ImportError, AttributeError):  # another jaxlib: the environment variable alone
     absl_set_min_log_level = None
 
 #: programs that compile faster than this are not cached: on jaxlib 0.9-0.10 every entry
@@ -69,7 +69,8 @@ MIN_COMPILE_SECONDS = 0.3
 #: environment variable that turns the cache off (any value but "", "0", "false", "no")
 DISABLE_ENV = "APPROXCV_NO_COMPILATION_CACHE"
 
-#: environment variable naming the cache's base directory (default ``<user cache dir>/approxcv/jax``)
+#: environment variable naming the cache's base directory (default: ``<user cache
+#: dir>/approxcv/jax``)
 DIR_ENV = "APPROXCV_COMPILATION_CACHE_DIR"
 
 #: the first jaxlib whose CPU AOT loader is *assumed* to skip LLVM tuning features

@@ -114,8 +114,9 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True,
               workers: int | None = None):
     """``fn(*arrays)`` (each with a leading fold axis; a tuple of fold-indexed outputs)
     computed ``chunk`` folds a call — the last chunk padded with copies of its first row,
-    so that every call has one shape and one compiled program — with a bar (counts
-    and the remaining time) when ``progress`` and on a terminal (:mod:`approxcv._progress`); outputs concatenated as NumPy arrays.
+    so that every call has one shape and one compiled program — with a bar (counts and
+    the remaining time) when ``progress``, on a terminal (:mod:`approxcv._progress`);
+    outputs concatenated as NumPy arrays.
 
     ``workers`` calls run at once in threads (default
     :func:`~approxcv._compile.host_workers`; a compiled call releases the GIL), the outputs
