@@ -5,11 +5,38 @@ fresh Python process otherwise recompiles every jitted program — the fit's opt
 the IJ's derivative sweep, the held-out kernel — which takes seconds, far longer than
 running them. With the cache, compiled programs are written to
 ``<user cache dir>/approxcv/jax`` (``$XDG_CACHE_HOME`` if set, else ``~/.cache`` on
-Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows) and a later process loads
-them instead of compiling. Programs that take at least ``MIN_COMPILE_SECONDS`` (0.3 s) to
-compile are cached — the few that dominate start-up.
+Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows), in one subdirectory per
+kind of CPU (:func:`cpu_tag`), and a later process loads them instead of compiling. Programs
+that take at least ``MIN_COMPILE_SECONDS`` (0.3 s) to compile are cached — the few that
+dominate start-up.
+
+A silent terminal (jax-ml/jax#38445). Loading a cached program, jaxlib 0.9-0.10 logs from C++
+to stderr, and nothing in the configuration avoids the cause:
+
+* ``W ... pjrt_executable.cc] Assume version compatibility. PjRt-IFRT does not track XLA
+  executable versions.``: a WARNING on *every* load (PjRt-IFRT answers "unimplemented" to
+  the version check, and the loader goes on). While the cache is on, approxcv raises the
+  minimum level of XLA's C++ log from WARNING (JAX's default, ``TF_CPP_MIN_LOG_LEVEL=1``) to
+  ERROR (:func:`quiet_cpp_warnings`). That hides every C++ WARNING line of XLA in the
+  process (this one; others seen in practice: "Empty bitcode string provided for eigen");
+  ERROR and FATAL lines, and every Python warning and exception, are still shown.
+  ``TF_CPP_MIN_LOG_LEVEL=0`` (or any level you set other than JAX's default 1) is kept.
+* ``E ... cpu_aot_loader.cc] Target machine feature +prefer-no-gather is not supported on
+  the host machine ... could lead to execution errors such as SIGILL``: an ERROR on every
+  load on a CPU with AVX-512, on the machine that compiled the program too: XLA adds the
+  LLVM *tuning* preferences ``+prefer-no-gather,+prefer-no-scatter`` to the features of
+  every AVX-512 target, and the loader of jaxlib <= 0.10 takes them for instruction sets
+  the host lacks (later XLA skips ``prefer-``/``fast-`` features). The program is loaded
+  and runs correctly, but an ERROR line is not ours to hide, and the same line is the only
+  warning of a real mismatch. So approxcv does not turn the cache on on such a machine with
+  such a jaxlib (:func:`loader_flags_this_cpu`; :data:`off_reason` says so): its programs
+  compile in every process there. Real mismatches — a cache directory shared by machines
+  with different CPUs (a home directory on NFS) — cannot arise: each kind of CPU has its
+  own subdirectory.
 
 * ``APPROXCV_NO_COMPILATION_CACHE=1`` (set before ``import approxcv``) turns it off.
+* ``APPROXCV_COMPILATION_CACHE_DIR`` (set before ``import approxcv``) puts it elsewhere
+  (still one subdirectory per kind of CPU).
 * A cache directory you configured for JAX yourself (``JAX_COMPILATION_CACHE_DIR`` or
   ``jax.config.update("jax_compilation_cache_dir", ...)`` before importing approxcv) is
   used as it is, with your settings.
@@ -19,7 +46,9 @@ compile are cached — the few that dominate start-up.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 import sys
 from pathlib import Path
 
@@ -33,6 +62,18 @@ MIN_COMPILE_SECONDS = 0.3
 
 #: environment variable that turns the cache off (any value but "", "0", "false", "no")
 DISABLE_ENV = "APPROXCV_NO_COMPILATION_CACHE"
+
+#: environment variable naming the cache's base directory (default: ``<user cache
+#: dir>/approxcv/jax``)
+DIR_ENV = "APPROXCV_COMPILATION_CACHE_DIR"
+
+#: the first jaxlib whose CPU AOT loader is *assumed* to skip LLVM tuning features
+#: (``prefer-``, ``fast-``); 0.9.1, 0.9.2 and 0.10.1 are reported affected (jax-ml/jax#38445).
+#: If a later jaxlib still prints the loader's ERROR line, raise this.
+LOADER_FIXED_IN = (0, 11)
+
+#: why the cache is off in this process (``None`` while it is on or was never asked for)
+off_reason: str | None = None
 
 
 #: size limit of the cache (least recently used entries are evicted beyond it)
@@ -51,9 +92,80 @@ def user_cache_dir() -> Path:
     return Path.home() / ".cache"
 
 
+def cpu_flags() -> frozenset[str]:
+    """The host CPU's feature flags as the kernel reports them (``/proc/cpuinfo`` on
+    Linux; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_tag() -> str:
+    """A name for this kind of CPU: the architecture and a hash of its model and feature
+    flags (``x86_64-1a2b3c4d``). Programs compiled for one CPU are kept apart from those of
+    another, so a cache directory shared between machines never hands a program to a CPU
+    that lacks its instructions."""
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            model = next((line.partition(":")[2].strip() for line in f
+                          if line.startswith("model name")), model)
+    except OSError:
+        pass
+    key = "|".join([platform.machine(), model, *sorted(cpu_flags())])
+    return f"{platform.machine() or 'cpu'}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
 def cache_dir() -> Path:
-    """Where approxcv keeps compiled programs: ``<user cache dir>/approxcv/jax``."""
-    return user_cache_dir() / "approxcv" / "jax"
+    """Where approxcv keeps compiled programs: ``$APPROXCV_COMPILATION_CACHE_DIR`` or
+    ``<user cache dir>/approxcv/jax``, then one subdirectory per kind of CPU
+    (:func:`cpu_tag`)."""
+    base = os.environ.get(DIR_ENV) or user_cache_dir() / "approxcv" / "jax"
+    return Path(base) / cpu_tag()
+
+
+def loader_flags_this_cpu(jaxlib_version: str) -> bool:
+    """Whether loading a cached program prints the CPU AOT loader's false ERROR line here:
+    an x86 CPU with AVX-512 and a jaxlib before :data:`LOADER_FIXED_IN` (module
+    docstring)."""
+    try:
+        version = tuple(int(p) for p in jaxlib_version.split(".")[:2])
+    except ValueError:
+        return False
+    return version < LOADER_FIXED_IN and "avx512f" in cpu_flags()
+
+
+def quiet_cpp_warnings() -> bool:
+    """Raise the minimum level of XLA's C++ log to ERROR, unless the user set
+    ``TF_CPP_MIN_LOG_LEVEL`` to something other than JAX's default ``1``; returns whether
+    it did. Hides the WARNING JAX's cache loader prints for every program it loads (module
+    docstring); ERROR and FATAL lines stay. Sets the environment variable (read when
+    jaxlib starts; inherited by worker processes) and, as JAX is already imported here,
+    jaxlib's own setter (the one ``jax_logging_level`` uses)."""
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1") != "1":
+        return False
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    setter = _absl_set_min_log_level()
+    if setter is not None:
+        setter(2)
+    return True
+
+
+def _absl_set_min_log_level():
+    """jaxlib's setter of the C++ log level, the one ``jax_logging_level`` uses (private;
+    ``None`` on a jaxlib without it: the environment variable alone). Imported here, not at
+    the top: this module is imported by ``import approxcv``, which must not import JAX
+    (``approxcv --help``)."""
+    try:
+        from jax._src.lib import utils as jaxlib_utils
+        return jaxlib_utils.absl_set_min_log_level
+    except (ImportError, AttributeError):
+        return None
 
 
 def disabled() -> bool:
@@ -61,20 +173,30 @@ def disabled() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def enable(config) -> str | None:
+def enable(config, jaxlib_version: str = "0") -> str | None:
     """Point JAX's persistent compilation cache at :func:`cache_dir` (``config`` is
-    ``jax.config``); returns the directory in use, or ``None`` when the cache is off
-    (:data:`DISABLE_ENV`, or the directory cannot be created). A directory already
-    configured for JAX is kept, with its settings."""
+    ``jax.config``) and quiet the loader's warnings (:func:`quiet_cpp_warnings`); returns
+    the directory in use, or ``None`` when the cache is off (:data:`DISABLE_ENV`, a CPU
+    whose loader would print false errors (:func:`loader_flags_this_cpu`), or the
+    directory cannot be created; :data:`off_reason` says which). A directory already
+    configured for JAX is kept, with its settings and JAX's log levels."""
+    global off_reason
     if disabled():
+        off_reason = f"{DISABLE_ENV} is set"
         return None
     if config.jax_compilation_cache_dir:
         return config.jax_compilation_cache_dir
+    if loader_flags_this_cpu(jaxlib_version):
+        off_reason = (f"jaxlib {jaxlib_version} on an AVX-512 CPU logs a false ERROR for "
+                      "every cached program it loads (jax-ml/jax#38445)")
+        return None
     path = cache_dir()
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except OSError:
+    except OSError as err:
+        off_reason = f"cannot create {path}: {err}"
         return None
+    quiet_cpp_warnings()
     config.update("jax_compilation_cache_dir", str(path))
     config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     config.update("jax_persistent_cache_min_entry_size_bytes", -1)

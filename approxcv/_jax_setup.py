@@ -39,7 +39,7 @@ def configure() -> str | None:
     import jaxlib
     warn_if_deadlock_prone(jaxlib.__version__)
     jax.config.update("jax_enable_x64", True)
-    _STATE["cache_dir"] = _compilation_cache.enable(jax.config)
+    _STATE["cache_dir"] = _compilation_cache.enable(jax.config, jaxlib.__version__)
     return _STATE["cache_dir"]
 
 

@@ -42,9 +42,9 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 import cloudpickle
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
 from ._compile import host_workers
+from ._progress import progress_bar
 from .errors import ArgumentTypeError, ClosedExecutorError, InvalidArgumentError, NoWorkersError
 
 __all__ = ["run_batches", "check_executor", "is_dask_client", "to_numpy",
@@ -317,7 +317,8 @@ def run_batches(task, batches, executor=None, progress: bool = True, desc: str =
             folds of a PoissonHMM(3) on 2,000 counts took 2.9-3.1 s on two cores against
             5.5-5.7 s one batch after another, the same numbers (1.6x on two Dask worker
             processes). Each thread holds a batch: memory grows with the workers.
-        progress: show a tqdm bar counting units (``sizes[i]`` per batch) or batches.
+        progress: a bar counting units (``sizes[i]`` per batch) or batches, on a terminal
+            (:func:`~approxcv._progress.progress_bar`).
         on_result: optional ``on_result(index, result)`` called as each batch finishes
             (used for checkpointing): in the order they finish on a Dask client or a
             ``concurrent.futures`` executor, in submission order otherwise.
@@ -341,7 +342,7 @@ def run_batches(task, batches, executor=None, progress: bool = True, desc: str =
         executor = pool = ThreadPoolExecutor(host_workers())
     futures = None if executor is None or not batches else _submit(executor, task, batches,
                                                                     desc)
-    bar = tqdm(total=sum(sizes), desc=desc, disable=not progress, leave=False)
+    bar = progress_bar(sum(sizes), desc, progress)
     done = 0
     try:
         finished = (((i, task(*b)) for i, b in enumerate(batches)) if futures is None

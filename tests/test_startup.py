@@ -87,7 +87,9 @@ def test_fit_polish_and_ij_share_the_derivative_program():
 
 def test_compilation_cache_directory_and_switch(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert _compilation_cache.cache_dir() == tmp_path / "approxcv" / "jax"
+    monkeypatch.delenv(_compilation_cache.DIR_ENV, raising=False)
+    assert _compilation_cache.cache_dir() == (tmp_path / "approxcv" / "jax"
+                                              / _compilation_cache.cpu_tag())
     for off in ("1", "true", "yes"):
         monkeypatch.setenv(_compilation_cache.DISABLE_ENV, off)
         assert _compilation_cache.disabled()
@@ -116,7 +118,7 @@ def test_import_configures_the_cache_unless_turned_off(tmp_path, off):
             "jax.config.jax_compilation_cache_dir, jax.config.jax_enable_x64)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout.split()
-    expected = "None" if off else str(tmp_path / "approxcv" / "jax")
+    expected = "None" if off else str(tmp_path / "approxcv" / "jax" / _compilation_cache.cpu_tag())
     assert out == [expected, expected, "True"]
 
 

@@ -16,6 +16,7 @@ from jax import lax
 
 from ..optim.hessian import data_entries
 from .._compile import host_workers, jit
+from .._progress import progress_bar
 
 __all__ = ["fold_weights", "fold_indicator", "fold_points", "map_batches",
            "heldout_batch_size", "fold_batch_size", "heldout_losses", "in_chunks"]
@@ -113,15 +114,15 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True,
               workers: int | None = None):
     """``fn(*arrays)`` (each with a leading fold axis; a tuple of fold-indexed outputs)
     computed ``chunk`` folds a call — the last chunk padded with copies of its first row,
-    so that every call has one shape and one compiled program — with a tqdm bar (counts
-    and the remaining time) when ``progress``; outputs concatenated as NumPy arrays.
+    so that every call has one shape and one compiled program — with a bar (counts and
+    the remaining time) when ``progress``, on a terminal (:mod:`approxcv._progress`);
+    outputs concatenated as NumPy arrays.
 
     ``workers`` calls run at once in threads (default
     :func:`~approxcv._compile.host_workers`; a compiled call releases the GIL), the outputs
     written in fold order whatever order the calls finish in. The fold recursions these
     chunks run use one core each on CPU: two workers on two cores took 0.43 s for two
     chunks of 32 held-out passes that one after another took 0.94 s (T = 200,000)."""
-    from tqdm.auto import tqdm
     arrays = [np.asarray(a) for a in arrays]
     n = arrays[0].shape[0]
     if chunk >= n:
@@ -143,7 +144,7 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True,
         bar.update(take)
 
     starts = range(0, n, chunk)
-    with tqdm(total=n, desc=desc, unit="fold", disable=not progress, leave=False) as bar:
+    with progress_bar(n, desc, progress, unit="fold") as bar:
         if workers <= 1:
             for start in starts:
                 write(*call(start))

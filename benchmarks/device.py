@@ -1,0 +1,199 @@
+"""Headline benchmarks on an accelerator, with their agreement with the CPU: the driver of
+``benchmarks/device.sh`` (issue 39, item 6).
+
+Four benchmarks, each a function of one size table (``SIZES``):
+
+* ``lwcv_ij``: a PoissonHMM(2) on ``T`` simulated counts (full: T = 10^6), fit, then IJ on
+  1,000 contiguous folds (leave-within-structure-out on one long series);
+* ``crf_lso``: a linear-chain CRF on simulated sentences, IJ leaving each sentence out
+  (CoNLL-2003 is not installed on the device machine, which cannot download it);
+* ``gp_la_loo``: a probit GP (``acv.bayes``) fitted by type-II MAP, then LA-LOO (full:
+  n = 5,000);
+* ``exact_batches``: exact CV (warm-started refits in batches) of a PoissonHMM(2).
+
+``python device.py --size {small,full} --out X.json`` runs them on JAX's default backend
+(``JAX_PLATFORMS=cpu`` for the CPU) and writes each one's seconds (fit and CV apart, the
+first call with its compiles and, for the small size, a second warm call) and its numbers
+(fold losses, LOO terms); ``--combine CPU.json DEV.json [FULL.json] --out OUT.json`` joins
+the runs: device, times, and the largest relative difference between the device's and the
+CPU's numbers at the small size. A benchmark that raises is recorded with its error; the
+others still run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+#: sizes per benchmark: ``small`` runs in seconds on a CPU (and is what the CPU and the
+#: device both run to compare numbers); ``full`` is the headline size, for the device
+SIZES = {
+    "small": {"lwcv_T": 2_000, "lwcv_folds": 50, "crf_sentences": 40, "gp_n": 100,
+              "exact_T": 1_000, "exact_folds": 8},
+    "full": {"lwcv_T": 1_000_000, "lwcv_folds": 1_000, "crf_sentences": 2_000,
+             "gp_n": 5_000, "exact_T": 20_000, "exact_folds": 64},
+}
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def simulate_poisson_hmm(T: int, seed: int = 0) -> np.ndarray:
+    """Counts of a 2-state Poisson HMM (rates 5 and 40, staying probability 0.98)."""
+    rng = np.random.default_rng(seed)
+    switch = rng.random(T) < 0.02
+    state = np.cumsum(switch) % 2
+    return rng.poisson(np.where(state == 0, 5.0, 40.0)).astype(float)
+
+
+def simulate_sentences(n: int, seed: int = 0, n_features: int = 10, n_labels: int = 3):
+    """``n`` sentences of 5-20 tokens: features, labels drawn from a linear model of them."""
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(n_features, n_labels))
+    out = []
+    for _ in range(n):
+        X = rng.normal(size=(int(rng.integers(5, 21)), n_features))
+        y = np.argmax(X @ W + rng.gumbel(size=(len(X), n_labels)), axis=1)
+        out.append((X, y))
+    return out
+
+
+def lwcv_ij(acv, s):
+    x = simulate_poisson_hmm(s["lwcv_T"])
+    model = acv.models.PoissonHMM(2)
+    params, t_fit = timed(lambda: model.fit(x))
+    folds = acv.folds.contiguous(len(x), 0.001 if len(x) >= 100_000 else 0.02,
+                                 s["lwcv_folds"], seed=0)
+    ij, t_cv = timed(lambda: acv.cross_validate(model, x, folds, method="ij",
+                                                params=params, progress=False, warn=False))
+    return {"fit_s": t_fit, "cv_s": t_cv, "values": np.asarray(ij.fold_loss).tolist(),
+            "repeat": lambda: acv.cross_validate(model, x, folds, method="ij", params=params,
+                                                 progress=False, warn=False)}
+
+
+def crf_lso(acv, s):
+    sents = simulate_sentences(s["crf_sentences"])
+    model = acv.models.LinearChainCRF(n_labels=3)
+    params, t_fit = timed(lambda: model.fit(sents))
+    folds = acv.folds.leave_one_out(len(sents))
+    run = lambda: acv.cross_validate(model, sents, folds, method="ij",  # noqa: E731
+                                     params=params, level="structure", progress=False,
+                                     warn=False)
+    ij, t_cv = timed(run)
+    return {"fit_s": t_fit, "cv_s": t_cv, "values": np.asarray(ij.fold_loss).tolist(),
+            "repeat": run}
+
+
+def gp_la_loo(acv, s):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(s["gp_n"], 2))
+    y = np.where(np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.3 * rng.normal(size=len(X)) > 0,
+                 1.0, -1.0)
+    fit, t_fit = timed(lambda: acv.bayes.GP("probit").fit(X, y))
+    res, t_cv = timed(lambda: acv.bayes.loo(fit, "la"))
+    return {"fit_s": t_fit, "cv_s": t_cv, "values": np.asarray(res.fold_loss, float).tolist(),
+            "repeat": lambda: acv.bayes.loo(fit, "la")}
+
+
+def exact_batches(acv, s):
+    x = simulate_poisson_hmm(s["exact_T"], seed=1)
+    model = acv.models.PoissonHMM(2)
+    params, t_fit = timed(lambda: model.fit(x))
+    folds = acv.folds.iid(len(x), 0.1, s["exact_folds"], seed=0)
+    run = lambda: acv.cross_validate(model, x, folds, method="exact",  # noqa: E731
+                                     params=params, progress=False, warn=False)
+    ex, t_cv = timed(run)
+    return {"fit_s": t_fit, "cv_s": t_cv, "values": np.asarray(ex.fold_loss).tolist(),
+            "repeat": run}
+
+
+BENCHMARKS = {"lwcv_ij": lwcv_ij, "crf_lso": crf_lso, "gp_la_loo": gp_la_loo,
+              "exact_batches": exact_batches}
+
+
+def run(size: str, only=None) -> dict:
+    t0 = time.perf_counter()
+    import jax
+
+    import approxcv as acv
+    dev = jax.devices()[0]
+    out = {"size": size, "sizes": SIZES[size], "backend": jax.default_backend(),
+           "device": f"{dev.platform}: {getattr(dev, 'device_kind', '')}",
+           "jax": jax.__version__, "host": platform.node(), "cpus": os.cpu_count(),
+           "import_s": time.perf_counter() - t0, "benchmarks": {}}
+    for name, bench in BENCHMARKS.items():
+        if only and name not in only:
+            continue
+        try:
+            with warnings.catch_warnings(record=True) as caught:   # kept in the JSON
+                warnings.simplefilter("always")
+                rec = bench(acv, SIZES[size])
+                repeat = rec.pop("repeat")
+                if size == "small":             # a warm call: the compiles are done
+                    rec["cv_warm_s"] = timed(repeat)[1]
+            rec["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:200]}"
+                                      for w in caught})
+        except Exception as err:  # noqa: BLE001  (recorded; the other benchmarks still run)
+            rec = {"error": f"{type(err).__name__}: {err}",
+                   "traceback": traceback.format_exc()[-2000:]}
+        out["benchmarks"][name] = rec
+        print(name, {k: v for k, v in rec.items() if k not in ("values", "traceback")},
+              flush=True)
+    out["total_s"] = time.perf_counter() - t0
+    return out
+
+
+def max_rel_diff(a, b) -> float | None:
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape or a.size == 0:
+        return None
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-12)))
+
+
+def combine(cpu: dict, dev: dict, full: dict | None) -> dict:
+    """Device, times and agreement: the device's small-size numbers against the CPU's."""
+    out = {"device": dev["device"], "jax": dev["jax"], "cpu_reference": cpu["device"],
+           "agreement_small": {}, "small": {}, "full": None}
+    for name, d in dev["benchmarks"].items():
+        c = cpu["benchmarks"].get(name, {})
+        out["agreement_small"][name] = (max_rel_diff(d.get("values", []), c.get("values", []))
+                                        if "error" not in d and "error" not in c else None)
+        out["small"][name] = {"device": {k: v for k, v in d.items() if k != "values"},
+                              "cpu": {k: v for k, v in c.items() if k != "values"}}
+    if full is not None:
+        out["full"] = {"sizes": full["sizes"], "total_s": full["total_s"],
+                       "benchmarks": {k: {kk: vv for kk, vv in v.items() if kk != "values"}
+                                      for k, v in full["benchmarks"].items()}}
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", choices=list(SIZES), default="small")
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--combine", nargs="+", metavar="JSON")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    if args.combine:
+        runs = []
+        for p in args.combine:
+            with open(p) as f:
+                runs.append(json.load(f))
+        result = combine(runs[0], runs[1], runs[2] if len(runs) > 2 else None)
+    else:
+        result = run(args.size, args.only)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1, default=float)
