@@ -2,6 +2,7 @@
 against exact refits on problems small enough for both."""
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -169,3 +170,25 @@ def test_inexact_fit_terms_and_the_diagonal_regulariser():
                                    abs((c * (u - a)).sum() + u), rtol=1e-12)
     with pytest.raises(acv.errors.InvalidArgumentError, match="hessian_diagonal"):
         acv.cross_validate(model, a, [[0]], "ij", params=(u,), hessian_diagonal=-1.0)
+
+
+def test_forward_mode_chord_steps_equal_the_reverse_mode_ones(tiny_hmm, monkeypatch):
+    """Small ``D`` takes the chord steps' gradients in forward mode: the estimate is the
+    same, to rounding, as with reverse-mode gradients."""
+    from approxcv.engine import chord
+    model, x, params, folds, _ = tiny_hmm
+    assert int(cv(model, x, folds, "ij", params).diagnostics["num_params"]) <= \
+        chord.FORWARD_MAX_DIM
+    forward = [cv(model, x, folds, m, params) for m in ("ij", "ns")]
+    monkeypatch.setattr(chord, "FORWARD_MAX_DIM", 0)
+    jax.clear_caches()                  # the programs traced with forward mode are dropped
+    try:
+        reverse = [cv(model, x, folds, res.method, params) for res in forward]
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    for res, reverse in zip(forward, reverse):
+        np.testing.assert_allclose(res.diagnostics["chord_rate"],
+                                   reverse.diagnostics["chord_rate"], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(res.error_estimate, reverse.error_estimate, rtol=1e-8,
+                                   atol=1e-12)
