@@ -17,4 +17,4 @@ The held-out evaluation is the engine's (:func:`approxcv.engine.heldout.heldout_
 not the method's. Register your own with :func:`approxcv.engine.registry.register_method`
 (``acv.register_method``).
 """
-from . import auto, exact, ij, ns  # noqa: F401  (register the built-in methods)
+from . import auto, exact, ij, model_estimators, ns  # noqa: F401  (register the built-in methods)
