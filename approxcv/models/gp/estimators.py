@@ -15,18 +15,24 @@ leave-one-out, the usual LOO density), with the hyperparameters held at the full
 * ``"exact"``: the latent posterior refitted without each fold (:mod:`approxcv.bayes.refits`);
   for the Gaussian likelihood the refit is closed form: the block cavity of the exact
   posterior, no iteration;
-* ``"auto"``: LA, then EP where LA cannot vouch for a fold (its own flags, or
-  ``|LA - EP| / |EP| > tol``: ``diagnostics["error_estimate"]``), then exact refits where EP
-  cannot either, the largest disagreements first, at most ``max_exact``.
+* ``"auto"``: the cheapest estimator that can vouch for each fold, towards the model's
+  ``"exact"``. ``inference="ep"``: LA, then EP where LA cannot vouch for a fold (its own
+  flags, or ``|LA - EP| / |EP| > tol``, recorded as ``diagnostics["error_estimate"]``:
+  EP-LOO is the more accurate, Vehtari et al. 2016), then EP refits where EP cannot either,
+  the largest disagreements first, at most ``max_exact``. ``inference="laplace"``: LA, then
+  Laplace refits where LA's own flags fire (EP estimates another posterior than the
+  model's Laplace refits, so it is no step towards them; error estimate NaN). The Gaussian
+  likelihood: the closed-form exact refit.
 
 With several hyperparameter points the pointwise densities at each are combined by
 importance weighting over the points (seed eq. 44; :mod:`approxcv.bayes.importance`).
 
-Unreliable folds (``diagnostics["unreliable"]``, by cause): ``estimator_flags`` (a point
-of the fold is flagged by the leave-one-out estimator's own checks: an improper or
-wider-than-prior cavity, other sites moving with the point left out, far from the cavity
-estimate, unresolved quadrature, ``p_waic > 0.4``; for a larger fold these single-point
-checks are a proxy), ``improper_block_cavity``, ``posterior_not_converged`` (every fold:
+Unreliable folds (``diagnostics["unreliable"]``, by cause): ``site_shift`` (``la``,
+``ep``: the other sites would move with the fold left out, :mod:`approxcv.bayes.cavities`;
+the value in ``diagnostics["site_shift"]``), ``improper_block_cavity`` (an improper,
+wider-than-prior or non-finite cavity), ``estimator_flags`` (``q``, ``tq``, ``waic_*``,
+``is``: the leave-one-out estimator's own checks: an improper or wider-than-prior cavity,
+far from the cavity estimate, unresolved quadrature, ``p_waic > 0.4``), ``posterior_not_converged`` (every fold:
 the full-data posterior did not converge at some point), ``pareto_k_marginal`` (``q``,
 ``tq``), ``pareto_k`` (``is``), ``refit_unconverged`` (``exact``), ``over_budget``
 (``auto``).
@@ -41,7 +47,7 @@ import numpy as np
 
 from ..._compile import jit
 from ...bayes.cavities import block_cavity_lpd
-from ...bayes.estimators import ESTIMATORS, marginal_pareto_k
+from ...bayes.estimators import ESTIMATORS, SHIFT_TOL, marginal_pareto_k
 from ...bayes.importance import K_HAT_THRESHOLD, combine_points
 from ...bayes.posterior import posteriors_at
 from ...bayes.refits import RefitBatch, refit_lpd
@@ -92,13 +98,6 @@ def _combine(lpd_s, weights, smooth=False):
     return lpd.reshape(F, m), k.reshape(F, m), ess.reshape(F, m)
 
 
-def _fold_any(point_mask, index):
-    """``(F,)``: a fold has a flagged point (``point_mask (n,)``; padded slots never)."""
-    n = point_mask.shape[0]
-    padded = np.concatenate([point_mask, [False]])
-    return padded[np.minimum(index, n)].any(1)
-
-
 def _result(lpd, index, n, causes, extra):
     """``(fold_loss (F,), points (F, m), diagnostics)`` from ``lpd (F, m)``; padded slots
     (``index >= n``) get 0."""
@@ -139,14 +138,14 @@ def cavity_method(fit, name, folds, options):
     inference = "laplace" if name == "la" else "ep"
     post = fit.posterior(inference)
     index = np.asarray(folds.padded())
-    lpd_s, bad_s = (np.asarray(a) for a in _blocks(post, jnp.asarray(fit.theta), fit.X,
-                                                     fit.y, jnp.asarray(index), lik=fit.lik))
-    point_bad = _point_estimator(fit, name, inference)[1].any(0)
+    lpd_s, bad_s, shift_s = (np.asarray(a) for a in _blocks(
+        post, jnp.asarray(fit.theta), fit.X, fit.y, jnp.asarray(index), lik=fit.lik))
     lpd, _, ess = _combine(lpd_s, fit.weights)
-    causes = {"estimator_flags": _fold_any(point_bad, index),
+    shift = shift_s.max(0)
+    causes = {"site_shift": ~(shift <= SHIFT_TOL),
               "improper_block_cavity": bad_s.any(0),
               "posterior_not_converged": np.full(len(folds), not fit.converged(inference))}
-    extra = {"estimator": name, "inference": inference}
+    extra = {"estimator": name, "inference": inference, "site_shift": shift}
     if len(fit.theta) > 1:
         extra["ess"] = ess
     return _result(lpd, index, fit.n, causes, extra)
@@ -192,7 +191,7 @@ def exact_method(fit, name, folds, options):
         out = cavity_method(fit, "la", folds, options)
         diag = out[2]
         causes = diag["unreliable"]
-        causes.pop("estimator_flags")        # exact: no approximation to vouch for
+        causes.pop("site_shift")             # exact: the sites are exact, none moves
         diag.update(estimator="exact", exact_closed_form=True)
         return out
     index = np.asarray(folds.padded())
@@ -218,12 +217,17 @@ def auto_method(fit, name, folds, options):
                     error_estimate=np.zeros(len(folds)), estimator="auto")
         return fold_loss, points, diag
     la_loss, la_pts, la_diag = cavity_method(fit, "la", folds, options)
-    ep_loss, ep_pts, ep_diag = cavity_method(fit, "ep", folds, options)
     la_bad = np.any(list(la_diag["unreliable"].values()), 0)
-    ep_bad = np.any(list(ep_diag["unreliable"].values()), 0)
-    gap = np.abs(la_loss - ep_loss) / np.maximum(np.abs(ep_loss), 1e-300)
-    use_la = ~la_bad & (gap <= options.tol)
-    use_ep = ~use_la & ~ep_bad
+    if fit.inference == "ep":
+        ep_loss, ep_pts, ep_diag = cavity_method(fit, "ep", folds, options)
+        ep_bad = np.any(list(ep_diag["unreliable"].values()), 0)
+        gap = np.abs(la_loss - ep_loss) / np.maximum(np.abs(ep_loss), 1e-300)
+        use_la = ~la_bad & (gap <= options.tol)
+        use_ep = ~use_la & ~ep_bad
+    else:       # the target is Laplace refits, which EP does not estimate: LA -> exact
+        ep_loss, ep_pts, ep_diag = la_loss, la_pts, la_diag
+        gap = np.full(len(folds), np.nan)
+        use_la, use_ep = ~la_bad, np.zeros(len(folds), bool)
     need = np.flatnonzero(~use_la & ~use_ep)
     need = need[np.argsort(-np.where(np.isfinite(gap[need]), gap[need], np.inf),
                            kind="stable")]
@@ -231,7 +235,7 @@ def auto_method(fit, name, folds, options):
     refit, over = need[:budget], need[budget:]
     fold_loss = np.where(use_la, la_loss, ep_loss)
     points = np.where(use_la[:, None], la_pts, ep_pts)
-    method = np.where(use_la, "la", "ep").astype(object)
+    method = np.where(use_la, "la", "ep" if fit.inference == "ep" else "la").astype(object)
     estimate = np.where(use_la, gap, np.nan)
     causes = {"over_budget": np.isin(np.arange(len(folds)), over)}
     extra = {}
@@ -246,9 +250,9 @@ def auto_method(fit, name, folds, options):
         estimate[refit] = np.where(ok, 0.0, np.nan)
         causes["refit_unconverged"] = np.isin(np.arange(len(folds)), refit[~ok])
         extra["exact_folds"] = folds.ids[refit]
-    # folds kept at EP or over budget carry EP's own flags
+    # folds kept at EP (or at LA) over budget carry that estimator's own flags
     for key, mask in ep_diag["unreliable"].items():
-        causes[key] = mask & (method == "ep")
+        causes[key] = mask & (method != "exact") & ~use_la
     extra.update(estimator="auto", inference=fit.inference, fold_method=method,
                  error_estimate=estimate, la_ep_gap=gap, tol=options.tol)
     return fold_loss, points, {"unreliable": causes, **extra}
