@@ -26,6 +26,7 @@ would move the hyperparameters) are refused by name.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, NamedTuple
 
@@ -34,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
+from ..._compile import jit
 from ..._validate import check_choice, check_finite
 from ...bayes import likelihoods as _lik
 from ...bayes.covariance import KERNEL_NAMES, kernel_matrix, n_kernel_params
@@ -158,19 +160,9 @@ class GP(Model):
 
     def heldout_loss(self, params, data, weights, level: str | None = None):
         X, y = data
-        n = y.shape[0]
-        w = jnp.asarray(weights, float)
-
-        def at(theta):
-            return heldout_lpd(theta, X, y, w, cold_start(n, self.inference), lik=self.lik,
-                               inference=self.inference, damping=self.damping)[0]
-        lpd_s = jax.vmap(at)(jnp.asarray(params.theta))           # (S, n)
-        log_r = jnp.asarray(params.log_weights)[:, None] - lpd_s  # seed eq. 43-44
-        lw = log_r - logsumexp(log_r, axis=0, keepdims=True)
-        lpd = logsumexp(lw + lpd_s, axis=0)
-        out = left_out(w)
-        points = jnp.where(out, -jnp.where(out, lpd, 0.0), 0.0)
-        return jnp.sum(points), points
+        return _heldout(jnp.asarray(params.theta), jnp.asarray(params.log_weights), X, y,
+                        jnp.asarray(weights, float), lik=self.lik, inference=self.inference,
+                        damping=self.damping)
 
     def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
         """The start of type-II MAP (unit variances and length scales, GPy's defaults, and
@@ -235,6 +227,24 @@ class GP(Model):
         return gp_estimators(self.lik, self.inference, self.damping, data,
                              np.asarray(params.theta), np.asarray(params.log_weights),
                              key=(type(self).__name__, self.static_key()))
+
+
+@functools.partial(jit, static_argnames=("lik", "inference", "damping"))
+def _heldout(theta, log_weights, X, y, w, *, lik, inference, damping):
+    """``(fold_loss, points (n,))`` of :meth:`GP.heldout_loss`: refits from a cold start at
+    every point ``theta (S, p)``, combined per point with ``log_weights (S,)``."""
+    n = y.shape[0]
+
+    def at(t):
+        return heldout_lpd(t, X, y, w, cold_start(n, inference), lik=lik,
+                           inference=inference, damping=damping)[0]
+    lpd_s = jax.vmap(at)(theta)                                   # (S, n)
+    log_r = log_weights[:, None] - lpd_s                          # seed eq. 43-44
+    lw = log_r - logsumexp(log_r, axis=0, keepdims=True)
+    lpd = logsumexp(lw + lpd_s, axis=0)
+    out = left_out(w)
+    points = jnp.where(out, -jnp.where(out, lpd, 0.0), 0.0)
+    return jnp.sum(points), points
 
 
 def _is_real(value) -> bool:

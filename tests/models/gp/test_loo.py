@@ -70,8 +70,9 @@ def test_gaussian_exact_loo_is_closed_form_and_equals_deletion(gaussian):
     res = loo(model, X, y, at(theta), "exact")
     assert res.diagnostics["exact_closed_form"]
     np.testing.assert_allclose(-res.fold_loss, direct, rtol=0, atol=1e-8)
-    for method in ("la", "ep"):          # both exact for the Gaussian likelihood
-        np.testing.assert_allclose(-loo(model, X, y, at(theta), method).fold_loss, direct,
+    for inference, method in (("laplace", "la"), ("ep", "ep")):  # exact for the Gaussian
+        gp = acv.models.GP("gaussian", inference=inference)
+        np.testing.assert_allclose(-loo(gp, X, y, at(theta), method).fold_loss, direct,
                                    rtol=0, atol=1e-6)
     # Sundararajan-Keerthi (eq. 32-34) at the kernel level; eq. 34 as printed
     # (- log c_ii / 2) is off by log c_ii per point
@@ -99,6 +100,8 @@ def test_gaussian_result_api_and_refused_methods(gaussian):
     for method in ("ij", "ns"):
         with pytest.raises(UnsupportedMethodError, match=r"method='%s'.*'exact'" % method):
             loo(model, X, y, at(theta), method)
+    with pytest.raises(UnsupportedMethodError, match=r"method='ep'; its methods are \['auto'"):
+        loo(model, X, y, at(theta), "ep")              # inference="laplace": "la", not "ep"
     with pytest.raises(UnsupportedMethodError, match="hyper='ccd'"):
         loo(model, X, y, at(theta), "is")
     with pytest.raises(UnsupportedMethodError, match="leave-one-out estimator"):
