@@ -123,8 +123,8 @@ def row(request):
 AGREE_ELSEWHERE = ("PoissonHMM", "GaussianHMM", "GaussianHMM-AR1", "CategoricalHMM")
 
 
-@pytest.mark.parametrize("row", [m for m in MODELS if m not in AGREE_ELSEWHERE + OWN_METHODS],
-                         indirect=True)
+@pytest.mark.parametrize("row", [m for m in MODELS
+                                 if m not in AGREE_ELSEWHERE + OWN_METHODS], indirect=True)
 def test_fit_ij_ns_exact_agree(row):
     name, model, data, level, params = row
     n = model.prepare(data, level)[2]
@@ -144,7 +144,7 @@ def test_fit_ij_ns_exact_agree(row):
         assert np.all(rel[vouched] < 0.1), (name, m, rel)
         assert m == "ij" or np.all(rel < 0.1), (name, m, rel)
         assert res[m].params_flat.shape == res["exact"].params_flat.shape, (name, m)
-    # every family's results are compared by ArviZ (the HMMs in tests/bayes/test_result.py)
+    # every family's results are compared by ArviZ (the HMMs and GPs in tests/models/gp/test_result.py)
     table = arviz_stats.compare({m: r.to_arviz() for m, r in res.items()})
     assert sorted(table.index) == ["exact", "ij", "ns"], name
     np.testing.assert_allclose(table.loc["exact", "elpd"],
