@@ -176,6 +176,27 @@ class GP(Model):
     def param_constraints(self):
         return GPParams(C.Real(), C.Real())
 
+    def check_params(self, params, data=None, level: str | None = None,
+                     name: str = "params"):
+        """:meth:`Model.check_params` (type, structure, finite values), with any number of
+        hyperparameter points ``S`` (supplied draws need not be ``hyper``'s design): on
+        ``data``, ``theta`` must be ``(S, p)`` and ``log_weights`` ``(S,)``.
+
+        Raises:
+            InvalidArgumentError: other shapes (the message names the leaf and ``p``).
+        """
+        params = super().check_params(params, None, level, name)
+        if data is not None:
+            (X, _), _, _ = self.prepare(data, level)
+            p = n_kernel_params(X.shape[1]) + self.lik.n_params
+            theta, log_w = np.shape(params.theta), np.shape(params.log_weights)
+            if len(theta) != 2 or theta[1] != p or theta[0] < 1 or log_w != theta[:1]:
+                raise InvalidArgumentError(
+                    f"`{name}.theta` must have shape (S, {p}) and `{name}.log_weights` "
+                    f"(S,) for {self!r} on {X.shape[1]} inputs ({self.param_names(X.shape[1])}"
+                    f"), got {theta} and {log_w}; were the parameters fitted on other data?")
+        return params
+
     def fit(self, data, level: str | None = None, theta0=None) -> GPParams:
         """Type-II MAP of the hyperparameters (BFGS on the exact gradient), then for
         ``hyper="ccd"`` the CCD points around it; warns (``ConvergenceWarning``) when the
