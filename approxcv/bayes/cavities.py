@@ -28,8 +28,9 @@ largest ``|dC_ii| / C_ii`` of the fold: for one point, the site shift of LA-/EP-
 (:func:`approxcv.bayes.estimators.la_loo`), flagged above ``SHIFT_TOL``.
 
 A fold is flagged (``bad``) when its cavity is not a proper Gaussian (``C`` has an
-eigenvalue below ``-EIG_RTOL`` times its largest), a point's cavity variance is wider than its prior ``k(x_i, x_i)`` (log-concave
-likelihood: digits were lost) or a value is not finite.
+eigenvalue below ``-EIG_RTOL`` times its largest), a point's cavity variance is wider than
+its prior ``k(x_i, x_i)`` (log-concave likelihood: digits were lost) or a value is not
+finite.
 """
 from __future__ import annotations
 

@@ -12,8 +12,6 @@ failure; hyperparameters fixed (one supplied draw) so nothing runs type-II MAP.
 - repeated inputs: Student-t Laplace converges (jittered ``K``, the jitter recorded);
 - refit-only options given to a fast method raise.
 """
-import warnings
-
 import jax
 import jax.numpy as jnp
 import numpy as np

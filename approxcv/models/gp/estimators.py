@@ -34,8 +34,9 @@ Unreliable folds (``diagnostics["unreliable"]``, by cause): ``site_shift`` (``la
 the value in ``diagnostics["site_shift"]``), ``improper_block_cavity`` (an improper,
 wider-than-prior or non-finite cavity), ``estimator_flags`` (``q``, ``tq``, ``waic_*``,
 ``is``: the leave-one-out estimator's own checks: an improper or wider-than-prior cavity,
-far from the cavity estimate, unresolved quadrature, ``p_waic > 0.4``), ``posterior_not_converged`` (every fold:
-the full-data posterior did not converge at some point), ``pareto_k_marginal`` (``q``,
+far from the cavity estimate, unresolved quadrature, ``p_waic > 0.4``),
+``posterior_not_converged`` (every fold: the full-data posterior did not converge at some
+point), ``pareto_k_marginal`` (``q``,
 ``tq``), ``pareto_k`` (``is``), ``refit_unconverged`` (``exact``), ``over_budget``
 (``auto``).
 """

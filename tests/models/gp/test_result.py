@@ -14,7 +14,8 @@ def test_to_arviz_ranks_an_hmm_and_a_gp_on_the_same_counts(poisson_small):
     model, x, params = poisson_small
     T = len(x)
     folds = acv.folds.leave_one_out(T)
-    hmm = acv.cross_validate(model, x, folds, "ij", params=params, progress=False, warn=False)
+    hmm = acv.cross_validate(model, x, folds, "ij", params=params, progress=False,
+                             warn=False)
     t = (np.arange(T) - T / 2)[:, None] / 10.0
     gp_params = acv.models.GPParams(np.log([[1.0, 0.1, 1.0, 0.3]]), np.zeros(1))
     gp = acv.cross_validate(acv.models.GP("poisson"), (t, x), folds, "la", params=gp_params, warn=False,
