@@ -109,6 +109,11 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                     if opts.restarts is None else int(opts.restarts))
     problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
                            restarts=restarts, checked=True)
+    if (opts.audit or opts.in_sample) and problem.estimators is not None:
+        raise InvalidArgumentError(
+            f"`{'audit' if opts.audit else 'in_sample'}` evaluates the engine's refits or "
+            f"held-out losses; {model!r} computes its own methods (method='exact' refits "
+            "every fold, 'auto' the folds it cannot vouch for)")
     if opts.audit or (local and refits):     # exact refits of the model itself, with starts
         dim = int(problem.u_full.shape[0])
         problem = problem._replace(for_refits=functools.partial(

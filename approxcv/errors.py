@@ -150,3 +150,9 @@ class BadlyScaledDataError(InvalidDataError, FitError):
     """Data whose scale makes the objective or its gradient overflow, or leaves the fit
     unable to converge; the message names the data and their scale and says to rescale
     (standardise) them."""
+
+
+class UnsupportedMethodError(InvalidArgumentError):
+    """The model does not support the requested cross-validation method (e.g. ``"ij"`` for
+    a Gaussian process, or a leave-one-out-only estimator on K-fold folds); the message
+    lists the methods it supports."""

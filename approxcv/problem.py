@@ -52,6 +52,11 @@ class Problem(NamedTuple):
     objective); fold_check(fold_params (n_folds, D), index (n_folds, m), warn) ->
     ``{name: (n_folds,) bool}``: folds that break an assumption of the approximation
     (the elastic net's L1 support), in the full model's layout.
+
+    estimators: ``None``, or the model's own methods (``model.own_estimators``):
+    ``{name: fn(folds, options) -> (fold_loss, points, diagnostics)}``; the engine's
+    methods call them (:mod:`approxcv.engine.methods.model_estimators`) and refuse every
+    other method.
     """
     fun: Callable
     heldout: Callable
@@ -70,6 +75,7 @@ class Problem(NamedTuple):
     for_refits: Callable | None = None
     windows: Callable | None = None
     lanes: Any = None
+    estimators: dict | None = None
 
 
 class Lanes(NamedTuple):
@@ -193,6 +199,7 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     starts = model_starts(model, prepared, level, restarts)
     checker = functools.partial(model.fold_check, params, prepared)
     refit = None if local else model.batched_refit()
+    estimators = model.own_estimators(params, prepared)
     surrogate = model.local_model(params, prepared) if local else None
     if surrogate is not None:
         model, params, prepared = surrogate
@@ -214,7 +221,7 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
                    float(n_units if scale is None else scale), starts,
                    (model, scheme, level), getattr(model, "refit_solver", None),
                    None if glm is None else GLMStructure(*glm), refit, checker,
-                   getattr(model, "batch_rows", "vmap"), None, windows, lanes)
+                   getattr(model, "batch_rows", "vmap"), None, windows, lanes, estimators)
 
 
 @functools.partial(jit, static_argnums=(0, 1))

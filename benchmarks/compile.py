@@ -121,9 +121,9 @@ def _composite(acv, np):
 def _gp(acv, np):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 2))
-    y = np.where(X[:, 0] + 0.5 * rng.normal(size=40) > 0, 1.0, -1.0)
-    fit = acv.bayes.GP("probit").fit(X, y)
-    acv.bayes.loo(fit, "la")
+    y = (X[:, 0] + 0.5 * rng.normal(size=40) > 0).astype(float)
+    model = acv.models.GP("probit")
+    acv.cross_validate(model, (X, y), acv.folds.leave_one_out(40), "la", progress=False)
 
 
 def _tuning(acv, np):

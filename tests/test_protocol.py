@@ -75,6 +75,15 @@ def _case(name):
         bm = scl.BoltzmannMachine(4)
         policy = scl.Policy(scl.pseudo_likelihood(bm, 1), select=0.5)
         return scl.SCLModel(bm, policy, seed=1), bm.sample(THETA4, 150, seed=3), None
+    if name.startswith("GP-"):
+        # one input, 24 points: a latent sine; probit labels 0/1 (as Logistic takes them)
+        rng = np.random.default_rng(11)
+        X = rng.normal(size=(24, 1))
+        latent = np.sin(2 * X[:, 0])
+        if name == "GP-gaussian":
+            return m.GP("gaussian"), (X, latent + 0.3 * rng.normal(size=24)), None
+        y = (latent + 0.4 * rng.normal(size=24) > 0).astype(float)
+        return m.GP("probit", inference=name.rpartition("-")[2]), (X, y), None
     X, y = _regression(7)
     if name == "Ridge":
         return m.Ridge(1.0), (X, y), None
@@ -90,7 +99,12 @@ def _case(name):
 
 MODELS = ["PoissonHMM", "GaussianHMM", "GaussianHMM-AR1", "CategoricalHMM", "ARHMM",
           "ARHMM-sequences", "TimeVaryingPoisson", "Ridge", "Logistic", "PoissonRegression",
-          "ElasticNet", "LinearChainCRF", "LinearChainCRF-within", "HiddenPotts", "SCL-PL1"]
+          "ElasticNet", "LinearChainCRF", "LinearChainCRF-within", "HiddenPotts", "SCL-PL1",
+          "GP-probit-laplace", "GP-probit-ep", "GP-gaussian"]
+#: models that compute their own methods (``Model.own_estimators``): a GP holds its
+#: hyperparameters at the full-data fit and refuses "ij"/"ns", so it has its own table test
+#: (test_fit_own_methods_exact_agree)
+OWN_METHODS = ("GP-probit-laplace", "GP-probit-ep", "GP-gaussian")
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -109,8 +123,8 @@ def row(request):
 AGREE_ELSEWHERE = ("PoissonHMM", "GaussianHMM", "GaussianHMM-AR1", "CategoricalHMM")
 
 
-@pytest.mark.parametrize("row", [m for m in MODELS if m not in AGREE_ELSEWHERE],
-                         indirect=True)
+@pytest.mark.parametrize("row", [m for m in MODELS
+                                 if m not in AGREE_ELSEWHERE + OWN_METHODS], indirect=True)
 def test_fit_ij_ns_exact_agree(row):
     name, model, data, level, params = row
     n = model.prepare(data, level)[2]
@@ -130,11 +144,49 @@ def test_fit_ij_ns_exact_agree(row):
         assert np.all(rel[vouched] < 0.1), (name, m, rel)
         assert m == "ij" or np.all(rel < 0.1), (name, m, rel)
         assert res[m].params_flat.shape == res["exact"].params_flat.shape, (name, m)
-    # every family's results are compared by ArviZ (the HMMs in tests/bayes/test_result.py)
+    # every family's results are compared by ArviZ (the HMMs and GPs in tests/models/gp/test_result.py)
     table = arviz_stats.compare({m: r.to_arviz() for m, r in res.items()})
     assert sorted(table.index) == ["exact", "ij", "ns"], name
     np.testing.assert_allclose(table.loc["exact", "elpd"],
                                -np.sum(np.concatenate(res["exact"].point_loss)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("row", OWN_METHODS, indirect=True)
+def test_fit_own_methods_exact_agree(row):
+    """The table test of a model with its own methods (a GP): fit -> every method it
+    supports -> exact on a few folds, with the invariants of test_fit_ij_ns_exact_agree;
+    the methods it does not support are refused by name."""
+    name, model, data, level, params = row
+    n = model.prepare(data, level)[2]
+    folds = acv.folds.Folds([[n // 4], [n // 2], [(3 * n) // 4]], n)
+    kw = dict(params=params, level=level, progress=False, warn=False)
+    own = sorted(model.own_estimators(params, model.prepare(data)[0]))
+    assert "exact" in own and "auto" in own
+    for m in ("ij", "ns"):
+        with pytest.raises(acv.errors.UnsupportedMethodError, match=m):
+            acv.cross_validate(model, data, folds, m, **kw)
+    with pytest.raises(acv.errors.UnsupportedMethodError, match="hyper='ccd'"):
+        acv.cross_validate(model, data, folds, "is", **kw)     # one hyperparameter point
+    res = {m: acv.cross_validate(model, data, folds, m, **kw)
+           for m in own if m != "is"}
+    exact = res["exact"]
+    assert not exact.unreliable.any(), name
+    for m, r in res.items():
+        err = np.abs(r.fold_loss - exact.fold_loss)
+        # one point out of 24: every estimate it vouches for is within 10 % of the refit,
+        # or (a point's loss can be far below 1 nat) within 0.15 nats: q, tq and WAIC vouch
+        # for a point within 0.1 nats of the cavity estimate (bayes.estimators.CHECK_TOL)
+        ok = err <= np.maximum(0.1 * np.abs(exact.fold_loss), 0.15)
+        assert np.all(ok[~r.unreliable]), (name, m, err, exact.fold_loss)
+        assert r.params_flat.shape == exact.params_flat.shape, (name, m)
+        np.testing.assert_array_equal(r.params_flat, exact.params_flat)   # theta held
+    for m in ("la", "ep", "auto"):                          # these vouch on this problem
+        assert m not in res or not res[m].unreliable.any(), (name, m)
+    assert ("la" in res) != ("ep" in res), name              # the model's inference's own
+    table = arviz_stats.compare({m: r.to_arviz() for m, r in res.items()})
+    assert sorted(table.index) == sorted(res), name
+    np.testing.assert_allclose(table.loc["exact", "elpd"],
+                               -np.sum(np.concatenate(exact.point_loss)), rtol=1e-12)
 
 
 def test_protocol_invariants(row):

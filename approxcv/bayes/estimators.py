@@ -251,21 +251,21 @@ ESTIMATORS = {"exact": exact_cavity, "exact_sk": exact_sk, "la": la_loo, "ep": e
               "q": q_loo, "tq": tq_loo, "waic_g": waic_g, "waic_v": waic_v}
 
 
-def marginal_pareto_k(fitted) -> np.ndarray:
+def marginal_pareto_k(lik, X, y, points, mean, var) -> np.ndarray:
     """``(S, n)`` Pareto ``k_hat`` of the importance ratios ``1 / p(y_i | f)`` under the
-    Gaussian marginal ``q(f_i | D)`` at each hyperparameter point, from
-    :data:`PARETO_DRAWS` quantile draws ``f = m + sqrt(v) Phi^-1((k + 1/2) / draws)``
-    (deterministic): Q-LOO and TQ-LOO are the limits of importance sampling with these
-    ratios, which cannot be trusted above ``k_hat = 0.7`` (the seed §3.6); NaN where a
-    log density is not finite."""
+    Gaussian marginal ``N(mean_si, var_si)`` of ``q(f_i | D)`` at each hyperparameter point
+    ``points (S, p)``, from :data:`PARETO_DRAWS` quantile draws
+    ``f = m + sqrt(v) Phi^-1((k + 1/2) / draws)`` (deterministic): Q-LOO and TQ-LOO are the
+    limits of importance sampling with these ratios, which cannot be trusted above
+    ``k_hat = 0.7`` (the seed §3.6); NaN where a log density is not finite."""
     z = stats.norm.ppf((np.arange(PARETO_DRAWS) + 0.5) / PARETO_DRAWS)
-    lik, d = fitted.gp.lik, fitted.X.shape[1]
-    mean, var = np.asarray(fitted.posterior.mean), np.asarray(fitted.posterior.var)
+    d = np.shape(X)[1]
+    mean, var = np.asarray(mean), np.asarray(var)
     out = np.full(mean.shape, np.nan)
-    for s, theta in enumerate(fitted.points):          # hyperparameter points, not folds
+    for s, theta in enumerate(np.asarray(points)):     # hyperparameter points, not folds
         phi = split_theta(jnp.asarray(theta), d)[1]
         f = mean[s][:, None] + np.sqrt(np.maximum(var[s], 0.0))[:, None] * z[None]
-        logp = np.asarray(_log_lik_at(lik, jnp.asarray(fitted.y), phi, jnp.asarray(f)))
+        logp = np.asarray(_log_lik_at(lik, jnp.asarray(y), phi, jnp.asarray(f)))
         ok = np.all(np.isfinite(logp), 1)
         if ok.any():
             out[s, ok] = psis_log_weights(-logp[ok].T)[1]

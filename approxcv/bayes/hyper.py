@@ -47,11 +47,13 @@ def log_prior(theta, prior_sd):
 
 @functools.lru_cache(maxsize=32)
 def map_objective(lik, inference: str, prior_sd, damping: float):
-    """``F(theta, w, (X, y)) = -log q(y | theta) - log p(theta)``: one function object per
-    configuration, so its compiled optimiser is reused."""
+    """``F(theta, w, (X, y)) = -log q(y_w | theta) - log p(theta)`` (``w`` 0/1 switches
+    points off; type-II MAP uses ``w = 1``): one function object per configuration, so its
+    compiled optimiser is reused."""
     def objective(theta, weights, data):
         X, y = data
-        return -(log_marginal(theta, X, y, lik=lik, inference=inference, damping=damping)
+        return -(log_marginal(theta, X, y, weights, lik=lik, inference=inference,
+                              damping=damping)
                  + log_prior(theta, prior_sd))
     return objective
 

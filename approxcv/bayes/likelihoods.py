@@ -39,11 +39,15 @@ def _as_vector(y) -> np.ndarray:
 
 
 def _as_labels(y) -> np.ndarray:
+    """Labels -1 and +1; labels 0 and 1 (as :class:`~approxcv.models.Logistic` takes them)
+    are mapped to -1 and +1, so one ``(X, y)`` serves both."""
     arr = _as_vector(y)
+    if np.all(np.isin(arr, (0.0, 1.0))):
+        return 2.0 * arr - 1.0
     if not np.all(np.isin(arr, (-1.0, 1.0))):
         bad = np.unique(arr[~np.isin(arr, (-1.0, 1.0))])[:5].tolist()
-        raise InvalidDataError(f"`y` must hold labels -1 and +1 for a binary likelihood, "
-                               f"got values {bad}")
+        raise InvalidDataError(f"`y` must hold labels -1 and +1 (or 0 and 1) for a binary "
+                               f"likelihood, got values {bad}")
     return arr
 
 
@@ -63,7 +67,7 @@ class _Likelihood:
 
 
 class _BinaryLabels(_Likelihood):
-    """A binary likelihood: targets are labels -1 and +1."""
+    """A binary likelihood: targets are labels -1 and +1 (or 0 and 1)."""
 
     def check(self, y):
         return _as_labels(y)

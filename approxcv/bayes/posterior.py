@@ -19,7 +19,8 @@ from .ep import ep_fit, ep_log_marginal
 from .laplace import (jittered_kernel, laplace_log_marginal, laplace_mode,
                       posterior_variance)
 
-__all__ = ["Posterior", "latent_posterior", "log_marginal", "split_theta", "INFERENCES"]
+__all__ = ["Posterior", "latent_posterior", "log_marginal", "split_theta", "cold_start",
+           "posteriors_at", "INFERENCES"]
 
 INFERENCES = ("laplace", "ep")
 
@@ -95,16 +96,30 @@ def cold_start(n: int, inference: str):
     return jnp.zeros(n) if inference == "laplace" else jnp.zeros((2, n))
 
 
-def log_marginal(theta, X, y, *, lik, inference: str, damping: float = 0.5):
-    """``log q(y | theta)`` with the posterior recomputed from a cold start; differentiable
-    in ``theta`` (implicit mode derivative for Laplace, fixed sites for EP)."""
+def posteriors_at(points, X, y, lik, inference, damping, weights=None, eta: float = 1.0):
+    """The :class:`Posterior` at every row of ``points (S, p)`` (stacked along a leading
+    axis), each from a cold start."""
     n = y.shape[0]
-    post = latent_posterior(jax.lax.stop_gradient(theta), X, y, jnp.ones(n),
+    weights = jnp.ones(n) if weights is None else weights
+    warm = cold_start(n, inference)
+
+    def one(theta):
+        return latent_posterior(theta, X, y, weights, warm, lik=lik, inference=inference,
+                                damping=damping, eta=eta)
+    return jax.vmap(one)(jnp.asarray(points))
+
+
+def log_marginal(theta, X, y, weights=None, *, lik, inference: str, damping: float = 0.5):
+    """``log q(y_w | theta)`` with the posterior recomputed from a cold start (``weights``
+    ``(n,)`` 0/1, default all ones, switch points off); differentiable in ``theta``
+    (implicit mode derivative for Laplace, fixed sites for EP)."""
+    n = y.shape[0]
+    weights = jnp.ones(n) if weights is None else weights
+    post = latent_posterior(jax.lax.stop_gradient(theta), X, y, weights,
                             cold_start(n, inference), lik=lik,
                             inference=inference, damping=damping)
     theta_k, phi = split_theta(theta, X.shape[1])
     K = kernel_matrix(theta_k, X) + post.jitter * jnp.eye(n)
-    ones = jnp.ones(n)
     if inference == "laplace":
-        return laplace_log_marginal(K, y, lik, phi, ones, post.warm)
-    return ep_log_marginal(K, y, lik, phi, ones, post.tau, post.nu)
+        return laplace_log_marginal(K, y, lik, phi, weights, post.warm)
+    return ep_log_marginal(K, y, lik, phi, weights, post.tau, post.nu)

@@ -2,11 +2,13 @@
 
 One subpackage per family — :mod:`.hmm` (hidden Markov models and the time-varying
 Poisson event model), :mod:`.erm` (regularised empirical risk minimisation), :mod:`.crf`
-(conditional random fields), :mod:`.mrf` (hidden Markov random fields) — on the one
+(conditional random fields), :mod:`.mrf` (hidden Markov random fields), :mod:`.gp`
+(Gaussian processes) — on the one
 protocol in :mod:`.base`; every public class is also available here as
 ``approxcv.models.<Name>``.
 """
 from .crf import LinearChainCRF, LinearChainCRFParams
+from .gp import GP, GPParams
 from .erm import (ERM, ERMData, ElasticNet, ElasticNetOnSupport, ElasticNetParams, Logistic,
                   LogisticParams, PoissonRegression, PoissonRegressionParams, Ridge, RidgeParams,
                   SupportChangeWarning)
@@ -22,7 +24,8 @@ __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "ERM", "ERMData", "Ridge", "RidgeParams", "Logistic", "LogisticParams",
            "PoissonRegression", "PoissonRegressionParams", "ElasticNet", "ElasticNetOnSupport",
            "ElasticNetParams", "SupportChangeWarning", "LinearChainCRF", "LinearChainCRFParams",
-           "HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData"]
+           "HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData",
+           "GP", "GPParams"]
 
 # Modules of the flat layout before the family subpackages (approxcv <= 0.1's
 # ``approxcv.models.poisson_hmm`` etc.) stay importable under their old names, so older

@@ -24,7 +24,8 @@ Optional capabilities are *declared* here with their defaults, never sniffed:
 size), ``refit_restarts`` (default number of extra exact-CV starts, ``None``: by size),
 ``batch_rows`` (how the optimisers evaluate a batch of starts or folds: ``"vmap"``, or
 ``"map"`` — in sequence, on CPU — for objectives with a recursion over time) and, for ERM,
-``glm_structure``, ``batched_refit`` and ``fold_check`` (below).
+``glm_structure``, ``batched_refit`` and ``fold_check`` (below), and ``own_estimators``
+(a model that computes its cross-validation methods itself: Gaussian processes).
 
 Parameters are checked at every entry point: a subclass's methods named in
 :data:`PARAMS_ENTRY_POINTS` (``objective``, ``heldout_loss``, ``predict``, ...) are wrapped
@@ -196,6 +197,16 @@ class Model:
 
     def local_model(self, params, data):
         """``(model, params, data)`` of a smooth local surrogate, or ``None`` (smooth)."""
+        return None
+
+    def own_estimators(self, params, data) -> dict | None:
+        """``{method name: fn(folds, options) -> (fold_loss (F,), points (F, m),
+        diagnostics)}`` when this model computes its cross-validation itself (a GP: its
+        hyperparameters stay at the full-data fit and every method, ``"exact"`` included,
+        works on its latent posterior), else ``None`` (the engine's methods on
+        ``objective``). When given, the engine's registered methods of those names call
+        them and every other method is refused by name (``UnsupportedMethodError``);
+        ``diagnostics["unreliable"]`` marks folds as for any method."""
         return None
 
     # ERM capabilities (approxcv.models.erm): GLM structure, a non-smooth refit solver and

@@ -27,8 +27,3 @@ def test_power_ep_is_exact_for_the_gaussian_likelihood(eta):
     np.testing.assert_allclose(np.asarray(s.mu), sigma @ y / s2, atol=1e-7)
     np.testing.assert_allclose(np.asarray(s.var), np.diag(sigma), atol=1e-7)
     np.testing.assert_allclose(np.asarray(s.tau), 1 / s2, rtol=1e-7)   # the exact sites
-    if eta != 1.0:           # type-II MAP uses plain EP's marginal likelihood: refused
-        from approxcv import bayes
-        from approxcv.errors import InvalidArgumentError
-        with pytest.raises(InvalidArgumentError, match="eta"):
-            bayes.GP("gaussian", eta=eta).fit(X, y, inference="ep")

@@ -6,7 +6,6 @@ import pytest
 from scipy import integrate, stats
 
 import approxcv as acv
-from approxcv import bayes
 from approxcv.bayes import likelihoods as L
 from approxcv.bayes.quadrature import tilted_moments
 from approxcv.errors import InvalidArgumentError, InvalidDataError
@@ -15,7 +14,7 @@ X = np.random.default_rng(0).normal(size=(6, 2))
 
 
 @pytest.mark.parametrize("likelihood,y,match", [
-    ("probit", [1, -1, 0, 1, 1, -1], "labels -1 and \\+1"),
+    ("probit", [1, -1, 0, 1, 1, -1], "labels -1 and \\+1 \\(or 0 and 1\\)"),
     ("logit", [1, 2, 1, 1, -1, -1], "labels -1 and \\+1"),
     ("poisson", [1, 2, -1, 0, 3, 1], "non-negative integer counts"),
     ("poisson", [1, 2.5, 1, 0, 3, 1], "non-negative integer counts"),
@@ -24,23 +23,35 @@ X = np.random.default_rng(0).normal(size=(6, 2))
 ])
 def test_bad_targets_raise_named_errors(likelihood, y, match):
     with pytest.raises(InvalidDataError, match=match):
-        bayes.GP(likelihood).fit(X, y)
+        acv.models.GP(likelihood).fit((X, y))
 
 
 def test_bad_inputs_raise_named_errors():
     y = np.array([1.0, -1, 1, -1, 1, -1])
     with pytest.raises(InvalidDataError, match="`X` and `y` must have the same length"):
-        bayes.GP("probit").fit(X[:5], y)
+        acv.models.GP("probit").fit((X[:5], y))
     bad = X.copy()
     bad[2, 1] = np.inf
     with pytest.raises(InvalidDataError, match="`X` contains 1 NaN or infinite"):
-        bayes.GP("probit").fit(bad, y)
+        acv.models.GP("probit").fit((bad, y))
     with pytest.raises(InvalidArgumentError, match="`inference`"):
-        bayes.GP("probit").fit(X, y, inference="vb")
+        acv.models.GP("probit", inference="vb")
     with pytest.raises(InvalidArgumentError, match="`likelihood`"):
-        bayes.GP("cauchy").fit(X, y)
-    with pytest.raises(InvalidArgumentError, match="`hyper` draws must have shape"):
-        bayes.GP("probit").fit(X, y, hyper=np.zeros((3, 2)))
+        acv.models.GP("cauchy")
+    with pytest.raises(InvalidDataError, match=r"pair `\(X, y\)`"):
+        acv.models.GP("probit").fit(X)
+    with pytest.raises(InvalidArgumentError, match="level"):
+        acv.models.GP("probit").prepare((X, y), "structure")
+    # supplied hyperparameter points of another shape: named by cross_validate
+    with pytest.raises(InvalidArgumentError, match="theta"):
+        acv.cross_validate(acv.models.GP("probit"), (X, y), [[0]], "la",
+                           params=acv.models.GPParams(np.zeros((3, 2)), np.zeros(3)))
+
+
+def test_binary_labels_0_1_equal_labels_minus_1_1():
+    y = np.array([1.0, 0, 1, 0, 1, 0])
+    np.testing.assert_array_equal(L.Probit().check(y), 2 * y - 1)
+    np.testing.assert_array_equal(L.Logit().check(2 * y - 1), 2 * y - 1)
     with pytest.raises(InvalidArgumentError, match="`nu`"):
         L.StudentT(nu=-1.0)
 
@@ -95,4 +106,4 @@ def test_tilted_moments_equal_numerical_integration(lik, y, phi, mean, var):
 
 def test_likelihoods_are_hashable_configurations():
     assert L.StudentT(4.0) == L.StudentT(4.0) and hash(L.Probit()) == hash(L.Probit())
-    assert acv.bayes.GP("student_t", nu=3.0).lik == L.StudentT(3.0)
+    assert acv.models.GP("student_t", nu=3.0).lik == L.StudentT(3.0)

@@ -14,7 +14,10 @@ Every method is a function ``method(problem, folds, options) -> (fold_params, di
   ``["unreliable_causes"]``) and never passed off as estimates.
 
 The held-out evaluation is the engine's (:func:`approxcv.engine.heldout.heldout_losses`),
-not the method's. Register your own with :func:`approxcv.engine.registry.register_method`
+not the method's, unless the method puts ``diagnostics["heldout"] = (fold_loss, points)``:
+a model's own estimators do (:mod:`.model_estimators`: ``"la"``, ``"ep"``, ``"q"``,
+``"tq"``, ``"waic_g"``, ``"waic_v"``, ``"is"``, and ``"exact"``/``"auto"`` for such a
+model, a Gaussian process). Register your own with :func:`approxcv.engine.registry.register_method`
 (``acv.register_method``).
 """
-from . import auto, exact, ij, ns  # noqa: F401  (register the built-in methods)
+from . import auto, exact, ij, model_estimators, ns  # noqa: F401  (register the built-in methods)

@@ -38,6 +38,7 @@ from ..error_estimate import estimate_errors, full_hessian_chord_steps, refined_
 from ..heldout import heldout_losses
 from ..exact_optima import (RESTART_RTOL, candidate_columns, full_objectives,
                             pair_objectives)
+from .model_estimators import model_estimator, run_model_estimator
 from ..registry import get_method, register_method
 
 #: rounds of the chord stage (each: two chord steps and their extrapolation per fold)
@@ -187,6 +188,8 @@ def lower_optimum_elsewhere(problem, folds, params, method, causes, batch_size=N
 
 def auto(problem, folds, options):
     """IJ, then NS, then exact refits where needed (module docstring)."""
+    if model_estimator(problem, "auto") is not None:    # the model's own (a GP)
+        return run_model_estimator(problem, folds, options, "auto")
     quiet = dataclasses.replace(options, warn=False)
     n_folds, width = len(folds), int(folds.sizes.max())
     seconds = {}

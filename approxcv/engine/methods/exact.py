@@ -59,6 +59,7 @@ from ..diagnostics import fit_state
 from ..exact_optima import (HELDOUT_RTOL, OPTIMUM_GAP_NATS, RESTART_RTOL, best_of_starts,
                             cross_fold_refits, full_objectives, unreliable_optima)
 from ..fold_checks import with_fold_check
+from .model_estimators import model_estimator, run_model_estimator
 from ..registry import register_method
 
 SOLVERS = ("bfgs", "newton", "lbfgs")
@@ -224,6 +225,8 @@ def _fit_state(problem, options, solver):
 
 def exact(problem, folds, options):
     """Refit every fold (module docstring); returns ``(params (n_folds, D), diagnostics)``."""
+    if model_estimator(problem, "exact") is not None:    # the model's own (a GP)
+        return run_model_estimator(problem, folds, options, "exact")
     check_executor(options.executor)        # a closed client, before the fit's derivatives
     solver = refit_solver(problem, options)
     state, pre = _fit_state(problem, options, solver)

@@ -36,6 +36,7 @@ from ..diagnostics import cg_diagnostics, fit_diagnostics
 from ..error_estimate import full_hessian_chord_steps
 from ..fold_checks import with_fold_check
 from ..matrix_free import ij_params_cg
+from .model_estimators import model_estimator
 from ..registry import register_method
 from ..._compile import jit
 
@@ -63,6 +64,7 @@ def ij_params(chol, jac, u_full, batch_size, index):
 
 def ij(problem, folds, options):
     """IJ parameters of every fold and the fit diagnostics (see the module docstring)."""
+    model_estimator(problem, "ij")      # refused by name for a model with its own
     index = folds.padded()
     dim = int(problem.u_full.shape[0])
     t = time.perf_counter()

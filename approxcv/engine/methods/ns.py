@@ -27,12 +27,14 @@ from ..diagnostics import fit_state
 from ..fold_newton import newton_params
 from ..fold_checks import with_fold_check
 from ..matrix_free import newton_params_cg
+from .model_estimators import model_estimator
 from ..registry import register_method
 from ..._compile import jit
 
 
 def ns(problem, folds, options):
     """Newton-step parameters of every fold and the diagnostics (module docstring)."""
+    model_estimator(problem, "ns")      # refused by name for a model with its own
     index = jnp.asarray(folds.padded())
     dim = int(problem.u_full.shape[0])
     if problem.glm is not None and options.dense(dim, problem.n_units):   # ERM: rank-one downdates

@@ -1,0 +1,283 @@
+"""The cross-validation methods of a GP, at its fitted hyperparameters
+(:meth:`approxcv.models.GP.own_estimators`; the engine's registered methods of the same
+names call them, :mod:`approxcv.engine.methods.model_estimators`).
+
+Every method returns, per fold ``S``, the pointwise losses ``-log p(y_i | y_-S)`` of its
+points and their sum as the fold loss (the ``loo`` package's K-fold elpd; for
+leave-one-out, the usual LOO density), with the hyperparameters held at the full-data fit:
+
+* ``"la"`` (``inference="laplace"``), ``"ep"`` (``inference="ep"``): block cavities
+  (:mod:`approxcv.bayes.cavities`) of the model's posterior, any folds (for one point:
+  LA-LOO, EP-LOO, seed eq. 36-37). Each model has the one of its inference: every method
+  estimates the model's ``"exact"`` (refits of its own posterior);
+* ``"q"``, ``"tq"``, ``"waic_g"``, ``"waic_v"``: from the marginals of the model's
+  inference (:mod:`approxcv.bayes.estimators`), leave-one-out folds only;
+* ``"is"``: the inference's own estimator importance-weighted over the hyperparameter
+  points with Pareto smoothing (``hyper="ccd"``), leave-one-out folds only;
+* ``"exact"``: the latent posterior refitted without each fold (:mod:`approxcv.bayes.refits`);
+  for the Gaussian likelihood the refit is closed form: the block cavity of the exact
+  posterior, no iteration;
+* ``"auto"``: the cheapest estimator that can vouch for each fold, towards the model's
+  ``"exact"``. ``inference="ep"``: LA, then EP where LA cannot vouch for a fold (its own
+  flags, or ``|LA - EP| / |EP| > tol``, recorded as ``diagnostics["error_estimate"]``:
+  EP-LOO is the more accurate, Vehtari et al. 2016), then EP refits where EP cannot either,
+  the largest disagreements first, at most ``max_exact``. ``inference="laplace"``: LA, then
+  Laplace refits where LA's own flags fire (EP estimates another posterior than the
+  model's Laplace refits, so it is no step towards them; error estimate NaN). The Gaussian
+  likelihood: the closed-form exact refit.
+
+With several hyperparameter points the pointwise densities at each are combined by
+importance weighting over the points (seed eq. 44; :mod:`approxcv.bayes.importance`).
+
+Unreliable folds (``diagnostics["unreliable"]``, by cause): ``site_shift`` (``la``,
+``ep``: the other sites would move with the fold left out, :mod:`approxcv.bayes.cavities`;
+the value in ``diagnostics["site_shift"]``), ``improper_block_cavity`` (an improper,
+wider-than-prior or non-finite cavity), ``estimator_flags`` (``q``, ``tq``, ``waic_*``,
+``is``: the leave-one-out estimator's own checks: an improper or wider-than-prior cavity,
+far from the cavity estimate, unresolved quadrature, ``p_waic > 0.4``),
+``posterior_not_converged`` (every fold: the full-data posterior did not converge at some
+point), ``pareto_k_marginal`` (``q``,
+``tq``), ``pareto_k`` (``is``), ``refit_unconverged`` (``exact``), ``over_budget``
+(``auto``).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..._compile import jit
+from ...bayes.cavities import block_cavity_lpd
+from ...bayes.estimators import ESTIMATORS, SHIFT_TOL, marginal_pareto_k
+from ...bayes.importance import K_HAT_THRESHOLD, combine_points
+from ...bayes.posterior import posteriors_at
+from ...bayes.refits import RefitBatch, refit_lpd
+from ...errors import UnsupportedMethodError
+from ...folds import Folds
+
+__all__ = ["gp_estimators", "supported", "METHODS", "LOO_ONLY"]
+
+#: the methods a GP supports
+METHODS = ("la", "ep", "q", "tq", "waic_g", "waic_v", "is", "exact", "auto")
+#: estimators of leave-one-out only
+LOO_ONLY = ("q", "tq", "waic_g", "waic_v", "is")
+
+
+class _Fitted:
+    """The data, hyperparameter points and their posteriors (computed once per inference,
+    on first use)."""
+
+    def __init__(self, lik, inference, damping, data, theta, log_weights, key):
+        self.lik, self.inference, self.damping, self.key = lik, inference, damping, key
+        self.X, self.y = (jnp.asarray(a) for a in data)
+        self.theta = np.asarray(theta, float)
+        w = np.exp(np.asarray(log_weights, float) - np.max(log_weights))
+        self.weights = w / w.sum()
+        self._posts = {}
+
+    @property
+    def n(self) -> int:
+        return int(self.y.shape[0])
+
+    def posterior(self, inference: str):
+        if inference not in self._posts:
+            self._posts[inference] = posteriors_at(self.theta, self.X, self.y, self.lik,
+                                                   inference, self.damping)
+        return self._posts[inference]
+
+    def converged(self, inference: str) -> bool:
+        return bool(np.asarray(self.posterior(inference).converged).all())
+
+
+def _combine(lpd_s, weights, smooth=False):
+    """``(lpd (F, m), k_hat (F, m), ess (F, m))`` from ``lpd_s (S, F, m)``."""
+    S, F, m = lpd_s.shape
+    if S == 1:
+        nan = np.full((F, m), np.nan)
+        return lpd_s[0], nan, np.ones((F, m))
+    lpd, k, ess = combine_points(lpd_s.reshape(S, F * m), weights, smooth)
+    return lpd.reshape(F, m), k.reshape(F, m), ess.reshape(F, m)
+
+
+def _result(lpd, index, n, causes, extra):
+    """``(fold_loss (F,), points (F, m), diagnostics)`` from ``lpd (F, m)``; padded slots
+    (``index >= n``) get 0."""
+    points = np.where(np.asarray(index) < n, -np.asarray(lpd, float), 0.0)
+    return points.sum(1), points, {"unreliable": causes, **extra}
+
+
+def _loo_rows(folds, name):
+    if not np.all(folds.sizes == 1):
+        raise UnsupportedMethodError(
+            f"method={name!r} is a leave-one-out estimator: every fold must leave out one "
+            f"point, got folds of sizes up to {int(folds.sizes.max())} (for other folds use "
+            "'la', 'ep' or 'exact')")
+    return folds.padded()[:, 0]
+
+
+def _point_estimator(fit, name, inference):
+    """``(lpd (S, n), bad (S, n))`` of a leave-one-out estimator at every point."""
+    post = fit.posterior(inference)
+    fn = ESTIMATORS[name]
+    lik, X, y = fit.lik, fit.X, fit.y
+    out = _at_points(post, jnp.asarray(fit.theta), X, y, fn=fn, lik=lik)
+    return np.asarray(out[0]), np.asarray(out[1])
+
+
+@functools.partial(jit, static_argnames=("fn", "lik"))
+def _at_points(post, points, X, y, *, fn, lik):
+    return jax.vmap(lambda p, t: fn(p, y, lik, t, X))(post, points)
+
+
+@functools.partial(jit, static_argnames=("lik",))
+def _blocks(post, points, X, y, index, *, lik):
+    return jax.vmap(lambda p, t: block_cavity_lpd(p, t, X, y, index, lik=lik))(post, points)
+
+
+def cavity_method(fit, name, folds, options):
+    """``"la"`` / ``"ep"``: block cavities of that inference's posterior (any folds)."""
+    inference = "laplace" if name == "la" else "ep"
+    post = fit.posterior(inference)
+    index = np.asarray(folds.padded())
+    lpd_s, bad_s, shift_s = (np.asarray(a) for a in _blocks(
+        post, jnp.asarray(fit.theta), fit.X, fit.y, jnp.asarray(index), lik=fit.lik))
+    lpd, _, ess = _combine(lpd_s, fit.weights)
+    shift = shift_s.max(0)
+    causes = {"site_shift": ~(shift <= SHIFT_TOL),
+              "improper_block_cavity": bad_s.any(0),
+              "posterior_not_converged": np.full(len(folds), not fit.converged(inference))}
+    extra = {"estimator": name, "inference": inference, "site_shift": shift}
+    if len(fit.theta) > 1:
+        extra["ess"] = ess
+    return _result(lpd, index, fit.n, causes, extra)
+
+
+def loo_method(fit, name, folds, options):
+    """``"q"``, ``"tq"``, ``"waic_g"``, ``"waic_v"``, ``"is"``: leave-one-out folds."""
+    rows = _loo_rows(folds, name)
+    base = name
+    if name == "is":
+        if len(fit.theta) < 2:
+            raise UnsupportedMethodError(
+                "method='is' importance-weights hyperparameter points: use GP(..., "
+                "hyper='ccd') or pass params with several points")
+        base = ("exact" if fit.lik.name == "gaussian"
+                else "la" if fit.inference == "laplace" else "ep")
+    lpd_s, bad_s = _point_estimator(fit, base, fit.inference)
+    lpd_s = lpd_s[:, rows][:, :, None]
+    lpd, k, ess = _combine(lpd_s, fit.weights, smooth=name == "is")
+    causes = {"estimator_flags": bad_s[:, rows].any(0),
+              "posterior_not_converged": np.full(len(folds),
+                                                 not fit.converged(fit.inference))}
+    extra = {"estimator": name, "inference": fit.inference}
+    if name in ("q", "tq"):
+        post = fit.posterior(fit.inference)
+        k_marg = marginal_pareto_k(fit.lik, np.asarray(fit.X), np.asarray(fit.y), fit.theta,
+                                   post.mean, post.var)[:, rows]
+        k_mean = fit.weights @ np.where(np.isfinite(k_marg), k_marg, np.inf)
+        causes["pareto_k_marginal"] = ~(k_mean <= K_HAT_THRESHOLD)
+        extra["pareto_k_marginal"] = k_mean
+    if name == "is":
+        causes["pareto_k"] = np.isfinite(k[:, 0]) & (k[:, 0] > K_HAT_THRESHOLD)
+        extra["pareto_k"] = k[:, 0]
+    if len(fit.theta) > 1:
+        extra["ess"] = ess[:, 0]
+    return _result(lpd, np.asarray(folds.padded()), fit.n, causes, extra)
+
+
+def exact_method(fit, name, folds, options):
+    """``"exact"``: refits of the latent posterior without each fold (closed form for the
+    Gaussian likelihood)."""
+    if fit.lik.name == "gaussian":
+        out = cavity_method(fit, "la", folds, options)
+        diag = out[2]
+        causes = diag["unreliable"]
+        causes.pop("site_shift")             # exact: the sites are exact, none moves
+        diag.update(estimator="exact", exact_closed_form=True)
+        return out
+    index = np.asarray(folds.padded())
+    post = fit.posterior(fit.inference)
+    per = max(1, min(int(options.exact_batch_size), len(folds)))
+    task = RefitBatch(fit.lik, fit.inference, fit.damping, fit.X, fit.y, fit.theta,
+                      post.warm, index, per)
+    lpd_s, conv, its, start = refit_lpd(task, fit.key, options.executor, options.checkpoint,
+                                        options.progress)
+    lpd, _, ess = _combine(lpd_s, fit.weights)
+    causes = {"refit_unconverged": ~conv.all(0)}
+    extra = {"estimator": "exact", "inference": fit.inference,
+             "exact_converged": conv.all(0), "exact_iterations": its.sum(0),
+             "exact_start": start.min(0)}
+    return _result(lpd, index, fit.n, causes, extra)
+
+
+def auto_method(fit, name, folds, options):
+    """``"auto"``: LA -> EP -> exact refits (module docstring)."""
+    if fit.lik.name == "gaussian":
+        fold_loss, points, diag = exact_method(fit, "exact", folds, options)
+        diag.update(fold_method=np.full(len(folds), "exact", dtype=object),
+                    error_estimate=np.zeros(len(folds)), estimator="auto")
+        return fold_loss, points, diag
+    la_loss, la_pts, la_diag = cavity_method(fit, "la", folds, options)
+    la_bad = np.any(list(la_diag["unreliable"].values()), 0)
+    if fit.inference == "ep":
+        ep_loss, ep_pts, ep_diag = cavity_method(fit, "ep", folds, options)
+        ep_bad = np.any(list(ep_diag["unreliable"].values()), 0)
+        gap = np.abs(la_loss - ep_loss) / np.maximum(np.abs(ep_loss), 1e-300)
+        use_la = ~la_bad & (gap <= options.tol)
+        use_ep = ~use_la & ~ep_bad
+    else:       # the target is Laplace refits, which EP does not estimate: LA -> exact
+        ep_loss, ep_pts, ep_diag = la_loss, la_pts, la_diag
+        gap = np.full(len(folds), np.nan)
+        use_la, use_ep = ~la_bad, np.zeros(len(folds), bool)
+    need = np.flatnonzero(~use_la & ~use_ep)
+    need = need[np.argsort(-np.where(np.isfinite(gap[need]), gap[need], np.inf),
+                           kind="stable")]
+    budget = len(need) if options.max_exact is None else int(options.max_exact)
+    refit, over = need[:budget], need[budget:]
+    fold_loss = np.where(use_la, la_loss, ep_loss)
+    points = np.where(use_la[:, None], la_pts, ep_pts)
+    method = np.where(use_la, "la", "ep" if fit.inference == "ep" else "la").astype(object)
+    estimate = np.where(use_la, gap, np.nan)
+    causes = {"over_budget": np.isin(np.arange(len(folds)), over)}
+    extra = {}
+    if len(refit):
+        sub = Folds([folds[int(r)] for r in refit], folds.n)
+        ex_loss, ex_pts, ex_diag = exact_method(fit, "exact", sub, options)
+        fold_loss[refit] = ex_loss
+        points[refit] = 0.0
+        points[refit, :ex_pts.shape[1]] = ex_pts
+        method[refit] = "exact"
+        ok = ~ex_diag["unreliable"]["refit_unconverged"]
+        estimate[refit] = np.where(ok, 0.0, np.nan)
+        causes["refit_unconverged"] = np.isin(np.arange(len(folds)), refit[~ok])
+        extra["exact_folds"] = folds.ids[refit]
+    # folds kept at EP (or at LA) over budget carry that estimator's own flags
+    for key, mask in ep_diag["unreliable"].items():
+        causes[key] = mask & (method != "exact") & ~use_la
+    extra.update(estimator="auto", inference=fit.inference, fold_method=method,
+                 error_estimate=estimate, la_ep_gap=gap, tol=options.tol)
+    return fold_loss, points, {"unreliable": causes, **extra}
+
+
+_RUN = {"la": cavity_method, "ep": cavity_method, "exact": exact_method,
+        "auto": auto_method, **{m: loo_method for m in LOO_ONLY}}
+
+
+def supported(inference: str) -> tuple:
+    """The methods of a GP with this ``inference``: every method estimates the model's
+    ``"exact"`` (refits of its own posterior), so a Laplace GP has ``"la"`` and an EP GP
+    ``"ep"``, not the other (EP-LOO estimates another posterior than Laplace refits: 34 %
+    apart on the table test's probit problem)."""
+    other = "ep" if inference == "laplace" else "la"
+    return tuple(m for m in METHODS if m != other)
+
+
+def gp_estimators(lik, inference, damping, data, theta, log_weights, key) -> dict:
+    """``{method: fn(folds, options) -> (fold_loss (F,), points (F, m), diagnostics)}`` of a
+    GP at hyperparameter points ``theta (S, p)`` with ``log_weights (S,)`` (module
+    docstring, :func:`supported`); the posteriors are computed on first use and shared by
+    the methods."""
+    fit = _Fitted(lik, inference, damping, data, theta, log_weights, key)
+    return {m: functools.partial(_RUN[m], fit, m) for m in supported(inference)}

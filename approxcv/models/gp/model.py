@@ -1,0 +1,287 @@
+"""``GP``: a Gaussian-process model under the model protocol (docs/bayes.md).
+
+A latent ``f ~ GP(0, k)`` (covariance constant + linear + squared exponential with ARD
+length scales, :mod:`approxcv.bayes.covariance`) and a likelihood ``p(y_i | f_i)``
+(:mod:`approxcv.bayes.likelihoods`); data ``(X, y)``, units are points (level
+``"within"``). Binary likelihoods take labels 0/1 (as :class:`~approxcv.models.Logistic`)
+or -1/+1.
+
+* ``params``: :class:`GPParams`, the unconstrained log hyperparameters at ``S`` points and
+  their log weights: ``S = 1`` for type-II MAP (``hyper="map"``), the central composite
+  design around it for ``hyper="ccd"`` (:mod:`approxcv.bayes.hyper`).
+* ``objective(params, data, w)``: ``-log q(y_w | theta) - log p(theta)`` at the first point
+  (the MAP), the type-II MAP objective with points switched off by ``w``; ``fit`` minimises
+  it at ``w = 1``.
+* ``heldout_loss(params, data, w)``: the latent posterior (the model's ``inference``,
+  Laplace or EP) refitted on the points with ``w = 1`` at the fitted hyperparameters, and
+  ``-log p(y_i | y_w)`` of every left-out point (over several points: importance weighted,
+  seed eq. 44); the fold loss is their sum.
+
+**Hyperparameters are held at the full-data fit in cross-validation** (as Vehtari et al.
+2016 do): every method, ``"exact"`` included, leaves the points of a fold out of the latent
+posterior, not out of type-II MAP. So the methods are the model's own
+(:meth:`GP.own_estimators`, :mod:`.estimators`): ``"la"``, ``"ep"``, ``"q"``, ``"tq"``,
+``"waic_g"``, ``"waic_v"``, ``"is"``, ``"exact"`` and ``"auto"``; ``"ij"``/``"ns"`` (which
+would move the hyperparameters) are refused by name.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import logsumexp
+
+from ..._compile import jit
+from ..._validate import check_choice, check_finite
+from ...bayes import likelihoods as _lik
+from ...bayes.covariance import KERNEL_NAMES, kernel_matrix, n_kernel_params
+from ...bayes.hyper import ccd_design, ccd_points, fit_map, map_objective
+from ...bayes.laplace import mode_curvature
+from ...bayes.posterior import INFERENCES, cold_start, posteriors_at
+from ...bayes.refits import heldout_lpd
+from ...errors import ConvergenceWarning, InvalidArgumentError, InvalidDataError
+from .. import constraints as C
+from ..base import Model, left_out
+from .estimators import gp_estimators
+
+__all__ = ["GP", "GPParams", "MAP_GTOL"]
+
+#: type-II MAP's gradient norm per data point below which it counts as converged
+MAP_GTOL = 1e-4
+
+
+class GPParams(NamedTuple):
+    """theta: ``(S, p)`` unconstrained hyperparameters (kernel logs, then the likelihood's
+    own, :meth:`GP.param_names`) at ``S`` points, the MAP first; log_weights: ``(S,)``
+    their log weights (``[0]`` for the MAP alone)."""
+    theta: Any
+    log_weights: Any
+
+
+class GP(Model):
+    """A Gaussian-process model (module docstring).
+
+    Args:
+        likelihood: ``"gaussian"``, ``"probit"``, ``"logit"``, ``"poisson"``,
+            ``"student_t"``, ``"loglogistic"`` or a likelihood object.
+        inference: ``"laplace"`` or ``"ep"``: the latent posterior of the fit and of
+            ``"exact"`` refits.
+        hyper: ``"map"`` (type-II MAP, one point) or ``"ccd"`` (CCD points around it with
+            their weights; needed by ``method="is"``).
+        nu: degrees of freedom of ``"student_t"`` (fixed).
+        prior_sd: sd of the ``N(0, prior_sd^2)`` prior on each log hyperparameter
+            (``None``: none, type-II maximum likelihood).
+        damping: EP damping (fraction of each parallel update taken).
+    """
+
+    refit_restarts = 0
+
+    def __init__(self, likelihood="probit", inference: str = "laplace", hyper: str = "map",
+                 nu: float = 4.0, prior_sd: float | None = 3.0, damping: float = 0.5):
+        check_choice("inference", inference, INFERENCES)
+        check_choice("hyper", hyper, ("map", "ccd"))
+        _check_unit_interval("damping", damping,
+                             "the fraction of each EP update taken; 0 never moves a site")
+        if not _is_real(nu) or not (np.isfinite(nu) and nu > 0):
+            raise InvalidArgumentError(f"`nu` must be a finite number > 0, got {nu!r}")
+        if prior_sd is not None and (not _is_real(prior_sd) or not (
+                np.isfinite(prior_sd) and prior_sd > 0)):
+            raise InvalidArgumentError(f"`prior_sd` must be a finite number > 0 (or None: no "
+                                       f"prior), got {prior_sd!r}")
+        self.likelihood, self.inference, self.hyper = likelihood, inference, hyper
+        self.nu = float(nu)
+        self.prior_sd = None if prior_sd is None else float(prior_sd)
+        self.damping = float(damping)
+        self.lik                                   # a named error for a bad likelihood
+
+    @property
+    def lik(self):
+        """The likelihood object."""
+        if isinstance(self.likelihood, str) and self.likelihood == "student_t":
+            return _lik.get("student_t", nu=self.nu)
+        return _lik.get(self.likelihood)
+
+    @property
+    def default_method(self) -> str:
+        """The inference's own estimator (``"la"``, ``"ep"``); ``"exact"`` (closed form) for
+        the Gaussian likelihood."""
+        if self.lik.name == "gaussian":
+            return "exact"
+        return "la" if self.inference == "laplace" else "ep"
+
+    def param_names(self, d: int) -> list[str]:
+        """Names of the unconstrained hyperparameters for ``d`` inputs."""
+        names = getattr(self.lik, "param_names", None)
+        if names is None:
+            names = tuple(f"phi_{j}" for j in range(self.lik.n_params))
+        return [*KERNEL_NAMES, *(f"log_lengthscale_{j}" for j in range(d)), *names]
+
+    def hyperparameters(self, params, d: int) -> dict:
+        """``{name: value}`` of the first (MAP) point on the natural scale."""
+        theta = np.asarray(params.theta)[0]
+        return {name.removeprefix("log_"): float(np.exp(v)) if name.startswith("log_")
+                else float(v) for name, v in zip(self.param_names(d), theta)}
+
+    # ------------------------------------------------------------ protocol
+    def prepare(self, data, level: str | None = None):
+        """``((X (n, d), y), "within", n)``; ``X`` 1-D is one input."""
+        if level not in (None, "within"):
+            raise InvalidArgumentError(f"a GP's units are points: `level` must be 'within' "
+                                       f"(or None), got {level!r}")
+        if not isinstance(data, (tuple, list)) or len(data) != 2:
+            raise InvalidDataError("GP data must be a pair `(X, y)`, got "
+                                   f"{type(data).__name__}")
+        X = check_finite("X", np.asarray(data[0], dtype=float))
+        if X.ndim == 1:
+            X = X[:, None]
+        if X.ndim != 2:
+            raise InvalidDataError(f"`X` must be two-dimensional (n, d), got shape {X.shape}")
+        y = self.lik.check(np.asarray(data[1]))
+        if len(X) != len(y):
+            raise InvalidDataError(f"`X` and `y` must have the same length, got {len(X)} "
+                                   f"and {len(y)}")
+        if len(y) < 2:
+            raise InvalidDataError("`y` must hold at least two points")
+        return (jnp.asarray(X), jnp.asarray(y)), "within", len(y)
+
+    def n_points(self, d: int) -> int:
+        """``S``: hyperparameter points of ``hyper`` for ``d`` inputs."""
+        p = n_kernel_params(d) + self.lik.n_params
+        return 1 if self.hyper == "map" else len(ccd_design(p))
+
+    def objective(self, params, data, weights, scheme: str = "A", level: str | None = None):
+        X, y = data
+        fun = map_objective(self.lik, self.inference, self.prior_sd, self.damping)
+        return fun(jnp.asarray(params.theta)[0], jnp.asarray(weights, float), (X, y))
+
+    def heldout_loss(self, params, data, weights, level: str | None = None):
+        X, y = data
+        return _heldout(jnp.asarray(params.theta), jnp.asarray(params.log_weights), X, y,
+                        jnp.asarray(weights, float), lik=self.lik, inference=self.inference,
+                        damping=self.damping)
+
+    def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
+        """The start of type-II MAP (unit variances and length scales, GPy's defaults, and
+        the likelihood's own start) at every point; the same for every ``seed``."""
+        (X, y), _, _ = self.prepare(data, level)
+        theta = np.concatenate([np.zeros(n_kernel_params(X.shape[1])),
+                                self.lik.init_params(np.asarray(y))])
+        S = self.n_points(X.shape[1])
+        return [GPParams(np.tile(theta, (S, 1)), np.full(S, -np.log(S))) for _ in range(n)]
+
+    def param_constraints(self):
+        return GPParams(C.Real(), C.Real())
+
+    def check_params(self, params, data=None, level: str | None = None,
+                     name: str = "params"):
+        """:meth:`Model.check_params` (type, structure, finite values), with any number of
+        hyperparameter points ``S`` (supplied draws need not be ``hyper``'s design): on
+        ``data``, ``theta`` must be ``(S, p)`` and ``log_weights`` ``(S,)``.
+
+        Raises:
+            InvalidArgumentError: other shapes (the message names the leaf and ``p``).
+        """
+        params = super().check_params(params, None, level, name)
+        if data is not None:
+            (X, _), _, _ = self.prepare(data, level)
+            p = n_kernel_params(X.shape[1]) + self.lik.n_params
+            theta, log_w = np.shape(params.theta), np.shape(params.log_weights)
+            if len(theta) != 2 or theta[1] != p or theta[0] < 1 or log_w != theta[:1]:
+                raise InvalidArgumentError(
+                    f"`{name}.theta` must have shape (S, {p}) and `{name}.log_weights` "
+                    f"(S,) for {self!r} on {X.shape[1]} inputs ({self.param_names(X.shape[1])}"
+                    f"), got {theta} and {log_w}; were the parameters fitted on other data?")
+        return params
+
+    def fit(self, data, level: str | None = None, theta0=None) -> GPParams:
+        """Type-II MAP of the hyperparameters (BFGS on the exact gradient), then for
+        ``hyper="ccd"`` the CCD points around it; warns (``ConvergenceWarning``) when the
+        MAP did not converge (gradient norm above ``MAP_GTOL n`` or an unconverged latent
+        posterior)."""
+        (X, y), _, n = self.prepare(data, level)
+        start = self.init_params((X, y))[0].theta[0] if theta0 is None else _as_theta0(theta0)
+        if start.shape != (self.init_params((X, y))[0].theta.shape[1],):
+            raise InvalidArgumentError(f"`theta0` must have shape "
+                                       f"({self.init_params((X, y))[0].theta.shape[1]},), got "
+                                       f"{start.shape}")
+        if not np.all(np.isfinite(start)):
+            raise InvalidArgumentError(f"`theta0` must be finite (unconstrained log "
+                                       f"hyperparameters), got {start.tolist()}")
+        theta_hat, res = fit_map(X, y, self.lik, self.inference, start, self.prior_sd,
+                                 self.damping)
+        post = posteriors_at(theta_hat[None], X, y, self.lik, self.inference, self.damping)
+        post_ok = bool(np.asarray(post.converged)[0])
+        converged = (np.isfinite(res.value) and np.all(np.isfinite(res.u))
+                     and float(res.grad_norm) <= MAP_GTOL * n and post_ok)
+        if not converged:
+            self._warn_map(res, post, X, post_ok)
+        if self.hyper == "map":
+            return GPParams(np.asarray(theta_hat)[None], np.zeros(1))
+        points, weights = ccd_points(X, y, self.lik, self.inference, theta_hat,
+                                     self.prior_sd, self.damping)
+        with np.errstate(divide="ignore"):
+            return GPParams(np.asarray(points), np.log(np.asarray(weights)))
+
+    def _warn_map(self, res, post, X, post_ok):
+        """Warn that type-II MAP did not converge; for Laplace with a likelihood that is not
+        log-concave, with the least eigenvalue of ``I + C^T W C`` at the MAP's last point
+        (near 0: a fold of the mode, where the Laplace log marginal likelihood is
+        unbounded)."""
+        msg = (f"type-II MAP did not converge (gradient norm {float(res.grad_norm):.3g}; "
+               f"latent posterior at its point converged: {post_ok})")
+        if self.inference == "laplace" and not self.lik.log_concave:
+            theta_k = jnp.asarray(np.asarray(res.u)[:n_kernel_params(X.shape[1])])
+            eig = float(mode_curvature(kernel_matrix(theta_k, X), post.tau[0]))
+            msg += (f"; least eigenvalue of I + C^T W C at its last point {eig:.3g} (near 0: "
+                    "a fold of the Laplace mode, where the Laplace log marginal likelihood "
+                    "is unbounded; inference='ep' has no such singularity)")
+        warnings.warn(msg, ConvergenceWarning, stacklevel=3)
+
+    # -------------------------------------------------------- capabilities
+    def own_estimators(self, params, data) -> dict:
+        """The GP's cross-validation methods at the fitted hyperparameters
+        (:func:`~approxcv.models.gp.estimators.gp_estimators`)."""
+        return gp_estimators(self.lik, self.inference, self.damping, data,
+                             np.asarray(params.theta), np.asarray(params.log_weights),
+                             key=(type(self).__name__, self.static_key()))
+
+
+@functools.partial(jit, static_argnames=("lik", "inference", "damping"))
+def _heldout(theta, log_weights, X, y, w, *, lik, inference, damping):
+    """``(fold_loss, points (n,))`` of :meth:`GP.heldout_loss`: refits from a cold start at
+    every point ``theta (S, p)``, combined per point with ``log_weights (S,)``."""
+    n = y.shape[0]
+
+    def at(t):
+        return heldout_lpd(t, X, y, w, cold_start(n, inference), lik=lik,
+                           inference=inference, damping=damping)[0]
+    lpd_s = jax.vmap(at)(theta)                                   # (S, n)
+    log_r = log_weights[:, None] - lpd_s                          # seed eq. 43-44
+    lw = log_r - logsumexp(log_r, axis=0, keepdims=True)
+    lpd = logsumexp(lw + lpd_s, axis=0)
+    out = left_out(w)
+    points = jnp.where(out, -jnp.where(out, lpd, 0.0), 0.0)
+    return jnp.sum(points), points
+
+
+def _is_real(value) -> bool:
+    return (not isinstance(value, (bool, np.bool_, str, bytes)) and np.ndim(value) == 0
+            and isinstance(value, (int, float, np.integer, np.floating)))
+
+
+def _check_unit_interval(name, value, what):
+    if not _is_real(value) or not (np.isfinite(value) and 0.0 < value <= 1.0):
+        raise InvalidArgumentError(f"`{name}` must be a number in (0, 1] ({what}), got "
+                                   f"{value!r}")
+
+
+def _as_theta0(theta0):
+    try:
+        return np.asarray(theta0, dtype=float)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"`theta0` must be a numeric vector, got {theta0!r}") \
+            from None
