@@ -18,7 +18,7 @@ from . import _jax_setup
 _jax_setup.install()
 
 #: subpackages and modules reached as attributes, ``acv.models``
-_MODULES = ("bayes", "cli", "composite", "datasets", "engine", "errors", "folds", "inference",
+_MODULES = ("cli", "composite", "datasets", "engine", "errors", "folds", "inference",
             "models", "optim", "report", "results", "selection")
 #: names reached as attributes, ``acv.cross_validate``: the module that defines them
 _NAMES = {"cross_validate": "api", "register_method": "engine.registry",
@@ -46,5 +46,5 @@ def __dir__():
 
 __all__ = ["cross_validate", "CVResult", "compare", "accuracy", "load_result",
            "load_results", "folds", "models", "engine", "inference", "composite", "datasets",
-           "errors", "optim", "results", "selection", "report", "bayes",
+           "errors", "optim", "results", "selection", "report",
            "register_method", "Problem", "make_problem", "select", "Selection", "__version__"]

@@ -8,7 +8,7 @@ cold run filled). Scenarios:
 
 * ``readme``: the README example (PoissonHMM(2) on 2,000 call volumes, fit, IJ on 200 folds);
 * ``gaussian_hmm`` (HMM), ``logistic`` (ERM), ``crf`` (CRF), ``potts`` (MRF), ``composite``
-  (a Boltzmann machine fitted by composite likelihood), ``gp`` (``acv.bayes``): each
+  (a Boltzmann machine fitted by composite likelihood), ``gp`` (``acv.models.GP``): each
   family's smallest example, fit and IJ (LA-LOO for the GP);
 * ``tuning``: lambda tuning of a ridge regression by ALOOCV (``tune_regularization``);
 * ``select``: ``acv.select`` over PoissonHMM(n_states = 2, 3, 4) with IJ: three distinct

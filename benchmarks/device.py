@@ -7,7 +7,7 @@ Four benchmarks, each a function of one size table (``SIZES``):
   1,000 contiguous folds (leave-within-structure-out on one long series);
 * ``crf_lso``: a linear-chain CRF on simulated sentences, IJ leaving each sentence out
   (CoNLL-2003 is not installed on the device machine, which cannot download it);
-* ``gp_la_loo``: a probit GP (``acv.bayes``) fitted by type-II MAP, then LA-LOO (full:
+* ``gp_la_loo``: a probit GP (``acv.models.GP``) fitted by type-II MAP, then LA-LOO (full:
   n = 5,000);
 * ``exact_batches``: exact CV (warm-started refits in batches) of a PoissonHMM(2).
 

@@ -175,7 +175,7 @@ def test_fit_own_methods_exact_agree(row):
         err = np.abs(r.fold_loss - exact.fold_loss)
         # one point out of 24: every estimate it vouches for is within 10 % of the refit,
         # or (a point's loss can be far below 1 nat) within 0.15 nats: q, tq and WAIC vouch
-        # for a point within 0.1 nats of the cavity estimate (bayes.estimators.CHECK_TOL)
+        # for a point within 0.1 nats of the cavity estimate (inference/latent_gaussian/estimators.py CHECK_TOL)
         ok = err <= np.maximum(0.1 * np.abs(exact.fold_loss), 0.15)
         assert np.all(ok[~r.unreliable]), (name, m, err, exact.fold_loss)
         assert r.params_flat.shape == exact.params_flat.shape, (name, m)

@@ -7,14 +7,14 @@ points and their sum as the fold loss (the ``loo`` package's K-fold elpd; for
 leave-one-out, the usual LOO density), with the hyperparameters held at the full-data fit:
 
 * ``"la"`` (``inference="laplace"``), ``"ep"`` (``inference="ep"``): block cavities
-  (:mod:`approxcv.bayes.cavities`) of the model's posterior, any folds (for one point:
+  (:mod:`approxcv.inference.latent_gaussian.cavities`) of the model's posterior, any folds (for one point:
   LA-LOO, EP-LOO, seed eq. 36-37). Each model has the one of its inference: every method
   estimates the model's ``"exact"`` (refits of its own posterior);
 * ``"q"``, ``"tq"``, ``"waic_g"``, ``"waic_v"``: from the marginals of the model's
-  inference (:mod:`approxcv.bayes.estimators`), leave-one-out folds only;
+  inference (:mod:`approxcv.inference.latent_gaussian.estimators`), leave-one-out folds only;
 * ``"is"``: the inference's own estimator importance-weighted over the hyperparameter
   points with Pareto smoothing (``hyper="ccd"``), leave-one-out folds only;
-* ``"exact"``: the latent posterior refitted without each fold (:mod:`approxcv.bayes.refits`);
+* ``"exact"``: the latent posterior refitted without each fold (:mod:`approxcv.models.gp.refits`);
   for the Gaussian likelihood the refit is closed form: the block cavity of the exact
   posterior, no iteration;
 * ``"auto"``: the cheapest estimator that can vouch for each fold, towards the model's
@@ -27,10 +27,10 @@ leave-one-out, the usual LOO density), with the hyperparameters held at the full
   likelihood: the closed-form exact refit.
 
 With several hyperparameter points the pointwise densities at each are combined by
-importance weighting over the points (seed eq. 44; :mod:`approxcv.bayes.importance`).
+importance weighting over the points (seed eq. 44; :mod:`approxcv.inference.latent_gaussian.importance`).
 
 Unreliable folds (``diagnostics["unreliable"]``, by cause): ``site_shift`` (``la``,
-``ep``: the other sites would move with the fold left out, :mod:`approxcv.bayes.cavities`;
+``ep``: the other sites would move with the fold left out, :mod:`approxcv.inference.latent_gaussian.cavities`;
 the value in ``diagnostics["site_shift"]``), ``improper_block_cavity`` (an improper,
 wider-than-prior or non-finite cavity), ``estimator_flags`` (``q``, ``tq``, ``waic_*``,
 ``is``: the leave-one-out estimator's own checks: an improper or wider-than-prior cavity,
@@ -49,11 +49,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._compile import jit
-from ...bayes.cavities import block_cavity_lpd
-from ...bayes.estimators import ESTIMATORS, SHIFT_TOL, marginal_pareto_k
-from ...bayes.importance import K_HAT_THRESHOLD, combine_points
-from ...bayes.posterior import posteriors_at
-from ...bayes.refits import RefitBatch, refit_lpd
+from ...inference.latent_gaussian.cavities import block_cavity_lpd
+from ...inference.latent_gaussian.estimators import ESTIMATORS, SHIFT_TOL, marginal_pareto_k
+from ...inference.latent_gaussian.importance import K_HAT_THRESHOLD, combine_points
+from ...inference.latent_gaussian.posterior import posteriors_at
+from .refits import RefitBatch, refit_lpd
 from ...errors import UnsupportedMethodError
 from ...folds import Folds
 

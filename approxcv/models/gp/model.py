@@ -1,14 +1,14 @@
 """``GP``: a Gaussian-process model under the model protocol (docs/bayes.md).
 
 A latent ``f ~ GP(0, k)`` (covariance constant + linear + squared exponential with ARD
-length scales, :mod:`approxcv.bayes.covariance`) and a likelihood ``p(y_i | f_i)``
-(:mod:`approxcv.bayes.likelihoods`); data ``(X, y)``, units are points (level
+length scales, :mod:`approxcv.inference.latent_gaussian.covariance`) and a likelihood ``p(y_i | f_i)``
+(:mod:`approxcv.inference.latent_gaussian.likelihoods`); data ``(X, y)``, units are points (level
 ``"within"``). Binary likelihoods take labels 0/1 (as :class:`~approxcv.models.Logistic`)
 or -1/+1.
 
 * ``params``: :class:`GPParams`, the unconstrained log hyperparameters at ``S`` points and
   their log weights: ``S = 1`` for type-II MAP (``hyper="map"``), the central composite
-  design around it for ``hyper="ccd"`` (:mod:`approxcv.bayes.hyper`).
+  design around it for ``hyper="ccd"`` (:mod:`approxcv.inference.latent_gaussian.hyper`).
 * ``objective(params, data, w)``: ``-log q(y_w | theta) - log p(theta)`` at the first point
   (the MAP), the type-II MAP objective with points switched off by ``w``; ``fit`` minimises
   it at ``w = 1``.
@@ -37,12 +37,12 @@ from jax.scipy.special import logsumexp
 
 from ..._compile import jit
 from ..._validate import check_choice, check_finite
-from ...bayes import likelihoods as _lik
-from ...bayes.covariance import KERNEL_NAMES, kernel_matrix, n_kernel_params
-from ...bayes.hyper import ccd_design, ccd_points, fit_map, map_objective
-from ...bayes.laplace import mode_curvature
-from ...bayes.posterior import INFERENCES, cold_start, posteriors_at
-from ...bayes.refits import heldout_lpd
+from ...inference.latent_gaussian import likelihoods as _lik
+from ...inference.latent_gaussian.covariance import KERNEL_NAMES, kernel_matrix, n_kernel_params
+from ...inference.latent_gaussian.hyper import ccd_design, ccd_points, fit_map, map_objective
+from ...inference.latent_gaussian.laplace import mode_curvature
+from ...inference.latent_gaussian.posterior import INFERENCES, cold_start, posteriors_at
+from .refits import heldout_lpd
 from ...errors import ConvergenceWarning, InvalidArgumentError, InvalidDataError
 from .. import constraints as C
 from ..base import Model, left_out

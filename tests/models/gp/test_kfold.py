@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 import approxcv as acv
-from approxcv.bayes.covariance import kernel_matrix
+from approxcv.inference.latent_gaussian.covariance import kernel_matrix
 from approxcv.errors import UnreliableFoldWarning
 
 N = 36

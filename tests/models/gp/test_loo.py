@@ -14,10 +14,10 @@ import pytest
 from scipy import integrate, stats
 
 import approxcv as acv
-from approxcv.bayes import refits
-from approxcv.bayes.covariance import kernel_matrix
-from approxcv.bayes.estimators import exact_sk, la_loo
-from approxcv.bayes.posterior import posteriors_at
+from approxcv.models.gp import refits
+from approxcv.inference.latent_gaussian.covariance import kernel_matrix
+from approxcv.inference.latent_gaussian.estimators import exact_sk, la_loo
+from approxcv.inference.latent_gaussian.posterior import posteriors_at
 from approxcv.errors import CheckpointError, UnsupportedMethodError
 
 N = 16

@@ -2,7 +2,7 @@
 record the LOO estimators read (:class:`Posterior`).
 
 ``theta`` (unconstrained) is ``[kernel logs (3 + d), likelihood phi]``
-(:mod:`approxcv.bayes.covariance`). ``weights`` (``(n,)``, 0/1) switch points off;
+(:mod:`approxcv.inference.latent_gaussian.covariance`). ``weights`` (``(n,)``, 0/1) switch points off;
 ``warm`` starts the iteration (Laplace: ``a``; EP: ``(tau, nu)`` stacked as ``(2, n)``).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._compile import jit
+from ..._compile import jit
 from .covariance import kernel_matrix, n_kernel_params
 from .ep import ep_fit, ep_log_marginal
 from .laplace import (jittered_kernel, laplace_log_marginal, laplace_mode,
@@ -82,7 +82,7 @@ def latent_posterior(theta, X, y, weights, warm, *, lik, inference: str, damping
     """The :class:`Posterior` of ``inference`` ("laplace" or "ep") at ``theta``
     (``marginal=False``: ``log_marginal`` is NaN, not computed — brute force needs none;
     ``ep_tol``: EP's convergence tolerance on the site parameters; ``eta``: power EP's
-    fraction, :func:`~approxcv.bayes.ep.ep_fit`; ``log_marginal`` is then the EP formula at
+    fraction, :func:`~approxcv.inference.latent_gaussian.ep.ep_fit`; ``log_marginal`` is then the EP formula at
     those sites, not power EP's own energy)."""
     theta_k, phi = split_theta(theta, X.shape[1])
     K = kernel_matrix(theta_k, X)

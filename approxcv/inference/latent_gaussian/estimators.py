@@ -1,5 +1,5 @@
 """LOO predictive densities ``log p(y_i | x_i, D_-i, theta)`` at one hyperparameter point,
-from the full-data :class:`~approxcv.bayes.posterior.Posterior` (seed §3.3-3.8).
+from the full-data :class:`~approxcv.inference.latent_gaussian.posterior.Posterior` (seed §3.3-3.8).
 
 Every estimator returns ``(lpd (n,), unreliable (n,) bool)``; ``unreliable`` marks points
 the estimator cannot vouch for (:data:`CHECKS`):
@@ -24,7 +24,7 @@ the estimator cannot vouch for (:data:`CHECKS`):
 - ``quadrature`` (``q``): 48 and 96 Gauss-Hermite nodes differ by more than 0.01 nats;
 - WAIC's ``p_waic,i > 0.4`` (Vehtari, Gelman & Gabry 2017).
 
-:func:`marginal_pareto_k` adds (in :func:`approxcv.bayes.loo`, for ``q`` and ``tq``) the
+:func:`marginal_pareto_k` adds (in :func:`approxcv.inference.latent_gaussian.loo`, for ``q`` and ``tq``) the
 Pareto ``k_hat`` of the ratios ``1 / p(y_i | f)`` under ``q(f_i | D)``, flagged above 0.7:
 Q-LOO and TQ-LOO are importance sampling from the marginal in disguise. (It is no test of
 LA-LOO: on ``crabs`` it exceeds 0.7 at 194 of 200 points that LA-LOO gets within 0.024.)

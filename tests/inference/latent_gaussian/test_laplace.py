@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import optimize, stats
 
-from approxcv.bayes import likelihoods as L
-from approxcv.bayes.covariance import kernel_matrix
-from approxcv.bayes.laplace import laplace_mode
+from approxcv.inference.latent_gaussian import likelihoods as L
+from approxcv.inference.latent_gaussian.covariance import kernel_matrix
+from approxcv.inference.latent_gaussian.laplace import laplace_mode
 
 
 def test_student_t_mode_equals_dense_optimiser_and_is_a_local_maximum():

@@ -1,7 +1,7 @@
 """Causes of issue 37 in the GP LOO, one test each, on tiny synthetic data reproducing each
 failure; hyperparameters fixed (one supplied draw) so nothing runs type-II MAP.
 
-- options: every numeric option of ``bayes`` refused by name (``damping=0`` was accepted and
+- options: every numeric option of the GP refused by name (``damping=0`` was accepted and
   EP "converged" after one sweep at the prior);
 - tilted moments: Poisson counts up to 80 under a wide cavity (the mode search stopped at
   ``f ~ 17`` for ``y = 30``; mean 17.7, variance 0);
@@ -19,13 +19,13 @@ import pytest
 from scipy import integrate, stats
 
 import approxcv as acv
-from approxcv.bayes import likelihoods as L
-from approxcv.bayes import refits
-from approxcv.bayes.covariance import kernel_matrix
-from approxcv.bayes.ep import ep_fit
-from approxcv.bayes.laplace import laplace_mode
-from approxcv.bayes.posterior import posteriors_at
-from approxcv.bayes.quadrature import tilted_moments
+from approxcv.inference.latent_gaussian import likelihoods as L
+from approxcv.models.gp import refits
+from approxcv.inference.latent_gaussian.covariance import kernel_matrix
+from approxcv.inference.latent_gaussian.ep import ep_fit
+from approxcv.inference.latent_gaussian.laplace import laplace_mode
+from approxcv.inference.latent_gaussian.posterior import posteriors_at
+from approxcv.inference.latent_gaussian.quadrature import tilted_moments
 from approxcv.errors import InvalidArgumentError, UnreliableFoldWarning
 
 N = 20

@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, log_ndtr
 
-from .._validate import check_finite
-from ..errors import InvalidArgumentError, InvalidDataError
+from ..._validate import check_finite
+from ...errors import InvalidArgumentError, InvalidDataError
 
 __all__ = ["Gaussian", "Probit", "Logit", "Poisson", "StudentT", "LogLogistic", "get",
            "LIKELIHOODS"]
@@ -160,7 +160,7 @@ class StudentT(_Likelihood):
     def gaussian_surrogate(self, y, phi):
         """``(targets, variances)`` of the Gaussian likelihood with this one's mean and
         variance (``s^2 nu / (nu - 2)``; ``s^2`` for ``nu <= 2``): the Laplace mode search's
-        alternative start (:func:`approxcv.bayes.laplace.laplace_mode`)."""
+        alternative start (:func:`approxcv.inference.latent_gaussian.laplace.laplace_mode`)."""
         s2 = jnp.exp(2.0 * phi[0])
         v = s2 * self.nu / (self.nu - 2.0) if self.nu > 2 else s2
         return y, jnp.full_like(y, v)

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 from .quadrature import tilted_moments
 
 __all__ = ["EPState", "ep_posterior", "ep_marginals", "ep_fit", "ep_log_marginal", "cavity"]

@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-from .._compile import jit
-from ..errors import FitError
-from ..optim import batched_minimize
+from ..._compile import jit
+from ...errors import FitError
+from ...optim import batched_minimize
 from .posterior import log_marginal
 
 __all__ = ["map_objective", "fit_map", "ccd_design", "ccd_points", "log_prior"]

@@ -1,12 +1,12 @@
-"""Block cavities (approxcv.bayes.cavities) at the kernel level: for one point they are
+"""Block cavities (approxcv.inference.latent_gaussian.cavities) at the kernel level: for one point they are
 LA-LOO's cavity and its site shift."""
 import jax.numpy as jnp
 import numpy as np
 
-from approxcv.bayes import likelihoods as L
-from approxcv.bayes.cavities import block_cavity_lpd
-from approxcv.bayes.estimators import _cavity, _site_shift, la_loo
-from approxcv.bayes.posterior import posteriors_at
+from approxcv.inference.latent_gaussian import likelihoods as L
+from approxcv.inference.latent_gaussian.cavities import block_cavity_lpd
+from approxcv.inference.latent_gaussian.estimators import _cavity, _site_shift, la_loo
+from approxcv.inference.latent_gaussian.posterior import posteriors_at
 
 
 def test_one_point_blocks_are_la_loo_with_its_site_shift():

@@ -10,8 +10,9 @@ arrays. The model is :class:`approxcv.models.GP`, cross-validated through
 Modules, data flowing down: ``likelihoods`` and ``covariance`` (the model), ``quadrature``
 (tilted moments), ``laplace`` and ``ep`` (posterior approximations), ``posterior`` (one
 record for both), ``hyper`` (type-II MAP, CCD), ``estimators`` (leave-one-out estimators at
-one hyperparameter point), ``cavities`` (leave-a-set-out block cavities), ``refits``
-(the posterior recomputed without each fold: exact CV), ``importance`` (over points, PSIS).
+one hyperparameter point), ``cavities`` (leave-a-set-out block cavities), ``importance``
+(over hyperparameter points, PSIS). The refits of exact CV, which run through the executor
+and checkpoints, are the model's: :mod:`approxcv.models.gp.refits`.
 """
 from . import likelihoods
 

@@ -6,8 +6,8 @@ import pytest
 from scipy import integrate, stats
 
 import approxcv as acv
-from approxcv.bayes import likelihoods as L
-from approxcv.bayes.quadrature import tilted_moments
+from approxcv.inference.latent_gaussian import likelihoods as L
+from approxcv.inference.latent_gaussian.quadrature import tilted_moments
 from approxcv.errors import InvalidArgumentError, InvalidDataError
 
 X = np.random.default_rng(0).normal(size=(6, 2))

@@ -4,7 +4,7 @@ predictive of each left-out point — the reference every fast estimator is chec
 
 Fold ``S`` switches its points off (weight 0: ``K`` and every latent stay, their likelihood
 terms go), reruns the inference started from the full-data state (Laplace: the full mode's
-``a``; EP: the full sites, the left-out ones zeroed by :func:`~approxcv.bayes.ep.ep_fit`)
+``a``; EP: the full sites, the left-out ones zeroed by :func:`~approxcv.inference.latent_gaussian.ep.ep_fit`)
 and, for the folds that did not converge from there, again from a cold start
 (:data:`STARTS`; ``start`` says which start converged, -1 none). Each left-out point's loss
 is::
@@ -26,11 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._compile import jit
-from ..engine.checkpoint import Checkpoint, fingerprint, fold_digest
-from ..executors import run_batches
-from .posterior import latent_posterior, split_theta
-from .quadrature import tilted_moments
+from ..._compile import jit
+from ...engine.checkpoint import Checkpoint, fingerprint, fold_digest
+from ...executors import run_batches
+from ...inference.latent_gaussian.posterior import latent_posterior, split_theta
+from ...inference.latent_gaussian.quadrature import tilted_moments
 
 __all__ = ["RefitBatch", "refit_lpd", "heldout_lpd", "REFIT_EP_TOL", "STARTS"]
 

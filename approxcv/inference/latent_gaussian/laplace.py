@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 
 __all__ = ["LaplaceState", "site_derivatives", "laplace_mode", "posterior_variance",
            "laplace_log_marginal", "mode_curvature", "GRAD_TOL", "jittered_kernel",

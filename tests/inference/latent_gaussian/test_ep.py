@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from approxcv.bayes import likelihoods as L
-from approxcv.bayes.covariance import kernel_matrix
-from approxcv.bayes.ep import ep_fit
+from approxcv.inference.latent_gaussian import likelihoods as L
+from approxcv.inference.latent_gaussian.covariance import kernel_matrix
+from approxcv.inference.latent_gaussian.ep import ep_fit
 
 
 @pytest.mark.parametrize("eta", [1.0, 0.5])

@@ -5,9 +5,9 @@ from scipy import stats
 from scipy.special import logsumexp
 
 import approxcv as acv
-from approxcv.bayes.covariance import kernel_matrix
-from approxcv.bayes.importance import combine_points
-from approxcv.bayes.posterior import posteriors_at
+from approxcv.inference.latent_gaussian.covariance import kernel_matrix
+from approxcv.inference.latent_gaussian.importance import combine_points
+from approxcv.inference.latent_gaussian.posterior import posteriors_at
 
 N = 14
 

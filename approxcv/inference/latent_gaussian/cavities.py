@@ -11,7 +11,7 @@ the set ``S`` out divides its sites out of the joint marginal of ``f_S``::
 a Gaussian with covariance ``C = Lambda_S^-1 = (I - Sigma_SS T_S)^-1 Sigma_SS`` and mean
 ``m = C eta_S = (I - Sigma_SS T_S)^-1 (mu_S - Sigma_SS nu_S)`` (computed in these forms:
 no inverse of ``Sigma_SS``). Each point's loss is ``-log int p(y_i | f) N(f | m_i, C_ii) df``
-(the tilted normaliser, :func:`~approxcv.bayes.quadrature.tilted_moments`): the pointwise
+(the tilted normaliser, :func:`~approxcv.inference.latent_gaussian.quadrature.tilted_moments`): the pointwise
 ``-log p(y_i | y_-S)`` that the ``loo`` package's K-fold elpd sums. For one point this is
 LA-LOO's / EP-LOO's cavity (seed eq. 31, 36-37); for the Gaussian likelihood (sites exact)
 it is the exact leave-``S``-out predictive, equal to refitting. The other sites stay as in
@@ -25,7 +25,7 @@ T_S``, and the covariance to ``Sigma' = Sigma + Sigma[:, S] B Sigma[S, :]``; the
 points' curvatures then change by ``dW_j = W'_j df_j`` (``W' = -d^3 log p``), and the cavity
 variances of ``S`` by ``dC_ii = -sum_{j not in S} Sigma'_ij^2 dW_j``. ``shift`` is the
 largest ``|dC_ii| / C_ii`` of the fold: for one point, the site shift of LA-/EP-LOO
-(:func:`approxcv.bayes.estimators.la_loo`), flagged above ``SHIFT_TOL``.
+(:func:`approxcv.inference.latent_gaussian.estimators.la_loo`), flagged above ``SHIFT_TOL``.
 
 A fold is flagged (``bad``) when its cavity is not a proper Gaussian (``C`` has an
 eigenvalue below ``-EIG_RTOL`` times its largest), a point's cavity variance is wider than
@@ -39,7 +39,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from .._compile import jit
+from ..._compile import jit
 from .covariance import kernel_matrix
 from .ep import ep_posterior
 from .posterior import split_theta
@@ -58,7 +58,7 @@ EIG_RTOL = 1e-8
 def block_cavity_lpd(post, theta, X, y, index, *, lik):
     """``(lpd (F, m), bad (F,), shift (F,))`` of the folds ``index (F, m)`` (rows padded with
     ``n``, out of range; padded slots get 0) at hyperparameters ``theta`` from the posterior
-    ``post`` (a :class:`~approxcv.bayes.posterior.Posterior` at ``theta``); ``shift``: the
+    ``post`` (a :class:`~approxcv.inference.latent_gaussian.posterior.Posterior` at ``theta``); ``shift``: the
     block site shift of the module docstring (the largest over the fold's points)."""
     n = y.shape[0]
     theta_k, phi = split_theta(theta, X.shape[1])
