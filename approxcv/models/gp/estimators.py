@@ -23,7 +23,8 @@ leave-one-out, the usual LOO density), with the hyperparameters held at the full
   EP-LOO is the more accurate, Vehtari et al. 2016), then EP refits where EP cannot either,
   the largest disagreements first, at most ``max_exact``. ``inference="laplace"``: LA, then
   Laplace refits where LA's own flags fire (EP estimates another posterior than the
-  model's Laplace refits, so it is no step towards them; error estimate NaN). The Gaussian
+  model's Laplace refits, so it is no step towards them; no error estimate is recorded,
+  ``diagnostics.error_estimate`` is ``None``). The Gaussian
   likelihood: the closed-form exact refit.
 
 With several hyperparameter points the pointwise densities at each are combined by
@@ -256,8 +257,9 @@ def auto_method(fit, name, folds, options):
     # folds kept at EP (or at LA) over budget carry that estimator's own flags
     for key, mask in ep_diag["unreliable"].items():
         causes[key] = mask & (method != "exact") & ~use_la
-    extra.update(estimator="auto", inference=fit.inference, fold_method=method,
-                 error_estimate=estimate, la_ep_gap=gap, tol=options.tol)
+    extra.update(estimator="auto", inference=fit.inference, fold_method=method)
+    if fit.inference == "ep":   # a Laplace GP's LA folds have no estimate: none recorded
+        extra.update(error_estimate=estimate, la_ep_gap=gap, tol=options.tol)
     return fold_loss, points, {"unreliable": causes, **extra}
 
 
