@@ -150,3 +150,10 @@ class BadlyScaledDataError(InvalidDataError, FitError):
     """Data whose scale makes the objective or its gradient overflow, or leaves the fit
     unable to converge; the message names the data and their scale and says to rescale
     (standardise) them."""
+
+
+class UnsupportedEstimatorError(InvalidArgumentError):
+    """A scikit-learn estimator, or one of its settings, that :mod:`approxcv.sklearn` cannot
+    cross-validate approximately (another model class, a solver-specific objective,
+    ``class_weight``, an L1 penalty of logistic regression, more than two classes, ...); the
+    message names the estimator and the setting, and what is supported."""
