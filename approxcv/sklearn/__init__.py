@@ -7,5 +7,8 @@ from .ridge import RidgeALO
 from .logistic import LogisticRegressionALO
 from .poisson import PoissonRegressorALO
 from .elastic_net import ElasticNetALO
+from .score import ALOScore, alo_score
+from .search import ALOSearchCV
 
-__all__ = ["RidgeALO", "LogisticRegressionALO", "PoissonRegressorALO", "ElasticNetALO"]
+__all__ = ["RidgeALO", "LogisticRegressionALO", "PoissonRegressorALO", "ElasticNetALO",
+           "ALOScore", "alo_score", "ALOSearchCV"]

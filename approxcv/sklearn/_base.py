@@ -47,7 +47,8 @@ def check_groups(penalty_groups, n_features: int):
 
 
 class ALOFit:
-    """One ALOOCV-tuned fit: ``lam`` ``(m,)``, flat ``u``, ``acv``, ``path``, ``cv_result``."""
+    """One ALOOCV-tuned fit: ``lam`` ``(m,)``, flat ``u``, ``acv``, ``path``, and
+    ``cv_result`` (leave-one-out by ``"ns"`` at ``lam``, computed at its first access)."""
 
     def __init__(self, search, data, fit_intercept: bool):
         self.lam, self.acv, self.path = search.lam, search.acv, search.path
@@ -55,10 +56,17 @@ class ALOFit:
         model = search.model
         self.u = np.asarray(model.fit_flat(model.prepare(data)[0], model.lam_vector())[0])
         params = model.flat_to_params(self.u)
-        self.cv_result = cross_validate(model, data, leave_one_out(len(data[1])), "ns",
-                                        params=params, progress=False, warn=False)
+        self._model, self._data, self._params, self._cv = model, data, params, None
         self.coef = np.asarray(params[0])
         self.intercept = float(np.sum(params[1])) if fit_intercept else 0.0
+
+    @property
+    def cv_result(self):
+        if self._cv is None:
+            self._cv = cross_validate(self._model, self._data,
+                                      leave_one_out(len(self._data[1])), "ns",
+                                      params=self._params, progress=False, warn=False)
+        return self._cv
 
 
 def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, max_iter) -> ALOFit:
@@ -100,8 +108,23 @@ class _ALOLinear(BaseEstimator):
             path[c.replace("lam", self._param_name)] = self._from_lam(path[c].to_numpy(), n_eff)
         self.alo_path_ = path
         self.alo_score_ = fit.acv
-        self.cv_result_ = fit.cv_result
-        self.unreliable_ = np.flatnonzero(fit.cv_result.unreliable)
+        self._alo_fits = [fit]
+
+    @property
+    def cv_result_(self):
+        """approxcv :class:`~approxcv.results.CVResult` of leave-one-out CV (``"ns"``) at
+        the chosen penalty (computed at the first access; one-vs-rest: a list per class)."""
+        check_is_fitted(self, "coef_")
+        res = [f.cv_result for f in self._alo_fits]
+        return res[0] if len(res) == 1 else res
+
+    @property
+    def unreliable_(self):
+        """Indices of the samples whose leave-one-out estimate cannot be vouched for (from
+        :attr:`cv_result_`; one-vs-rest: a list per class)."""
+        check_is_fitted(self, "coef_")
+        res = [np.flatnonzero(f.cv_result.unreliable) for f in self._alo_fits]
+        return res[0] if len(res) == 1 else res
 
     def _linear(self, X):
         check_is_fitted(self)

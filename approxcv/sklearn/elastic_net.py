@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from sklearn.base import RegressorMixin
+from sklearn.utils.validation import check_is_fitted
 
 from ..api import cross_validate
 from ..errors import InvalidArgumentError
@@ -107,16 +108,30 @@ class ElasticNetALO(RegressorMixin, _ALOLinear):
         p = X.shape[1]
         self.coef_ = u[:p].copy()
         self.intercept_ = float(u[p]) if self.fit_intercept else 0.0
-        self.cv_result_ = None
-        self.unreliable_ = np.array([], dtype=int)
-        if np.allclose(s, s[0]):
-            model = ElasticNet(float(lam[0]), float(lam[1]), fit_intercept=self.fit_intercept)
-            res = cross_validate(model, data, leave_one_out(n), "ns",
-                                 params=model.flat_to_params(u), progress=False, warn=False)
-            self.cv_result_ = res
-            bad = res.unreliable | np.asarray(res.diagnostics.get("support_change", False))
-            self.unreliable_ = np.flatnonzero(bad)
+        self._alo_state = (data, lam, u, bool(np.allclose(s, s[0])), None)
         return self
+
+    @property
+    def cv_result_(self):
+        """approxcv :class:`~approxcv.results.CVResult` of leave-one-out CV (``"ns"``) at
+        ``alpha_`` (computed at the first access); ``None`` with non-uniform weights."""
+        check_is_fitted(self, "coef_")
+        data, lam, u, uniform, res = self._alo_state
+        if res is None and uniform:
+            model = ElasticNet(float(lam[0]), float(lam[1]), fit_intercept=self.fit_intercept)
+            res = cross_validate(model, data, leave_one_out(len(data[1])), "ns",
+                                 params=model.flat_to_params(u), progress=False, warn=False)
+            self._alo_state = (data, lam, u, uniform, res)
+        return res
+
+    @property
+    def unreliable_(self):
+        """Samples whose removal changes the support or whose estimate is unreliable."""
+        res = self.cv_result_
+        if res is None:
+            return np.array([], dtype=int)
+        bad = res.unreliable | np.asarray(res.diagnostics.get("support_change", False))
+        return np.flatnonzero(bad)
 
     def predict(self, X):
         """``X coef_ + intercept_`` ``(n,)``."""

@@ -76,8 +76,7 @@ class LogisticRegressionALO(ClassifierMixin, _ALOLinear):
                 if groups is None else np.stack([self._from_lam(f.lam, n_eff) for f in fits])
             self.alo_score_ = np.array([f.acv for f in fits])
             self.alo_path_ = [f.path for f in fits]
-            self.cv_result_ = [f.cv_result for f in fits]
-            self.unreliable_ = [np.flatnonzero(f.cv_result.unreliable) for f in fits]
+            self._alo_fits = fits
         return self
 
     def decision_function(self, X):
