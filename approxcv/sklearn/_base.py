@@ -22,7 +22,7 @@ from ..folds import leave_one_out
 from ._models import WEIGHTED_MODELS, pack_response
 from ._penalty_search import search_penalty
 
-__all__ = ["default_grid", "check_groups", "fit_glm", "ALOFit", "_ALOLinear"]
+__all__ = ["default_grid", "check_groups", "padded_rows", "fit_glm", "ALOFit", "_ALOLinear"]
 
 #: default grid of ``lam / sum(sample_weight)`` (standardised features: ``X^T X ~ n I``)
 GRID_PER_SAMPLE = np.logspace(-6, 2, 9)
@@ -50,11 +50,13 @@ class ALOFit:
     """One ALOOCV-tuned fit: ``lam`` ``(m,)``, flat ``u``, ``acv``, ``path``, and
     ``cv_result`` (leave-one-out by ``"ns"`` at ``lam``, computed at its first access)."""
 
-    def __init__(self, search, data, fit_intercept: bool):
+    def __init__(self, search, data, fit_intercept: bool, fit_data=None):
         self.lam, self.acv, self.path = search.lam, search.acv, search.path
         self.refined = search.refined
         model = search.model
-        self.u = np.asarray(model.fit_flat(model.prepare(data)[0], model.lam_vector())[0])
+        fit_data = data if fit_data is None else fit_data
+        self.u = np.asarray(model.fit_flat(model.prepare(fit_data)[0],
+                                           model.lam_vector())[0])
         params = model.flat_to_params(self.u)
         self._model, self._data, self._params, self._cv = model, data, params, None
         self.coef = np.asarray(params[0])
@@ -69,14 +71,30 @@ class ALOFit:
         return self._cv
 
 
-def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, max_iter) -> ALOFit:
-    """Tune and fit a sample-weighted GLM (``family`` of :data:`WEIGHTED_MODELS`)."""
+def padded_rows(n: int) -> int:
+    """Rows after padding: the next power of two (at least 16), so that fits on data of
+    nearby sizes (a grid search's splits, scikit-learn's checks) share compiled programs."""
+    return max(16, 1 << (int(n) - 1).bit_length())
+
+
+def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps) -> ALOFit:
+    """Tune and fit a sample-weighted GLM (``family`` of :data:`WEIGHTED_MODELS`).
+
+    The search runs on the data padded to :func:`padded_rows` rows with sample weight 0
+    (response 0): they add nothing to the objective or to the sum of leave-one-out losses,
+    whose mean is rescaled by ``n_padded / n``. The chosen fit and its ``cv_result`` use
+    the data as given."""
     m = 1 if groups is None else max(groups) + 1
     lam0 = 1.0 if groups is None else tuple(np.ones(m))
     model = WEIGHTED_MODELS[family](lam0, groups, fit_intercept=fit_intercept)
+    n, n_pad = X.shape[0], padded_rows(X.shape[0])
     data = (X, pack_response(y, sw))
-    search = search_penalty(model, data, np.asarray(grid, np.float64), m, max_iter)
-    return ALOFit(search, data, fit_intercept)
+    padded = (np.concatenate([X, np.zeros((n_pad - n, X.shape[1]))]),
+              np.concatenate([data[1], np.zeros((n_pad - n, 2))]))
+    search = search_penalty(model, padded, np.asarray(grid, np.float64), m, newton_steps)
+    search.acv *= n_pad / n
+    search.path["acv"] *= n_pad / n
+    return ALOFit(search, data, fit_intercept, padded)
 
 
 class _ALOLinear(BaseEstimator):

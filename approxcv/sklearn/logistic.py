@@ -26,7 +26,7 @@ class LogisticRegressionALO(ClassifierMixin, _ALOLinear):
     Args:
         Cs: grid of ``C`` values searched first (default ``1 / (n * 10^{-6..2})``), the best
             refined by Newton steps on the ALOOCV log-loss.
-        penalty_groups, fit_intercept, max_iter: as :class:`~approxcv.sklearn.RidgeALO`.
+        penalty_groups, fit_intercept, newton_steps: as :class:`~approxcv.sklearn.RidgeALO`.
 
     Attributes:
         classes_; C_: chosen ``C`` (float for two classes; ``(n_classes,)`` one-vs-rest, or
@@ -38,11 +38,11 @@ class LogisticRegressionALO(ClassifierMixin, _ALOLinear):
 
     _param_name = "C"
 
-    def __init__(self, Cs=None, *, penalty_groups=None, fit_intercept=True, max_iter=20):
+    def __init__(self, Cs=None, *, penalty_groups=None, fit_intercept=True, newton_steps=20):
         self.Cs = Cs
         self.penalty_groups = penalty_groups
         self.fit_intercept = fit_intercept
-        self.max_iter = max_iter
+        self.newton_steps = newton_steps
 
     @staticmethod
     def _to_lam(C, n_eff):
@@ -66,7 +66,7 @@ class LogisticRegressionALO(ClassifierMixin, _ALOLinear):
         grid = self._grid(self.Cs, n_eff)
         targets = ([self.classes_[1]] if self.classes_.size == 2 else list(self.classes_))
         fits = [fit_glm("logistic", X, (y == c).astype(np.float64), sw, grid, groups,
-                        self.fit_intercept, self.max_iter) for c in targets]
+                        self.fit_intercept, self.newton_steps) for c in targets]
         self.coef_ = np.stack([f.coef for f in fits])
         self.intercept_ = np.array([f.intercept for f in fits])
         if len(fits) == 1:

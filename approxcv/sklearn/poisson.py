@@ -26,11 +26,11 @@ class PoissonRegressorALO(RegressorMixin, _ALOLinear):
     ``PoissonRegressor``'s convention); ``alo_score_`` is the mean Poisson NLL.
     """
 
-    def __init__(self, alphas=None, *, penalty_groups=None, fit_intercept=True, max_iter=20):
+    def __init__(self, alphas=None, *, penalty_groups=None, fit_intercept=True, newton_steps=20):
         self.alphas = alphas
         self.penalty_groups = penalty_groups
         self.fit_intercept = fit_intercept
-        self.max_iter = max_iter
+        self.newton_steps = newton_steps
 
     @staticmethod
     def _to_lam(alpha, n_eff):
@@ -49,7 +49,7 @@ class PoissonRegressorALO(RegressorMixin, _ALOLinear):
         groups = check_groups(self.penalty_groups, X.shape[1])
         n_eff = float(np.sum(sw))
         fit = fit_glm("poisson", X, y, sw, self._grid(self.alphas, n_eff), groups,
-                      self.fit_intercept, self.max_iter)
+                      self.fit_intercept, self.newton_steps)
         self.coef_, self.intercept_ = fit.coef, fit.intercept
         self._record(fit, n_eff)
         return self

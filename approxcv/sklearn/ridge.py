@@ -26,7 +26,7 @@ class RidgeALO(RegressorMixin, _ALOLinear):
         penalty_groups: ``None`` (one ``alpha``) or one integer group index per feature
             (``0 .. m-1``): one ``alpha`` per group, tuned jointly.
         fit_intercept: fit an unpenalised intercept.
-        max_iter: Newton steps after the grid (0: grid only).
+        newton_steps: at most this many Newton steps after the grid (0: grid only).
 
     Attributes:
         alpha_: chosen ``alpha`` (float, or ``(m,)`` with groups); coef_ ``(p,)``;
@@ -37,11 +37,11 @@ class RidgeALO(RegressorMixin, _ALOLinear):
         n_features_in_, feature_names_in_: as scikit-learn.
     """
 
-    def __init__(self, alphas=None, *, penalty_groups=None, fit_intercept=True, max_iter=20):
+    def __init__(self, alphas=None, *, penalty_groups=None, fit_intercept=True, newton_steps=20):
         self.alphas = alphas
         self.penalty_groups = penalty_groups
         self.fit_intercept = fit_intercept
-        self.max_iter = max_iter
+        self.newton_steps = newton_steps
 
     @staticmethod
     def _to_lam(alpha, n_eff):
@@ -57,7 +57,7 @@ class RidgeALO(RegressorMixin, _ALOLinear):
         groups = check_groups(self.penalty_groups, X.shape[1])
         n_eff = float(np.sum(sw))
         fit = fit_glm("ridge", X, y, sw, self._grid(self.alphas, n_eff), groups,
-                      self.fit_intercept, self.max_iter)
+                      self.fit_intercept, self.newton_steps)
         self.coef_, self.intercept_ = fit.coef, fit.intercept
         self._record(fit, n_eff)
         return self
