@@ -39,28 +39,46 @@ def _poisson_nll(e, x, y):
 
 
 def _brute_loo(est, X, y, loss):
-    return np.mean([loss(clone(est).fit(X[tr], y[tr]), X[te], y[te])
-                    for tr, te in LeaveOneOut().split(X)])
+    """Per-sample exact LOO losses of scikit-learn refits. ElasticNet and PoissonRegressor
+    normalise their loss by the number (weight) of samples, so a refit on ``n - 1`` samples
+    at ``alpha`` has another penalty per sample; approxcv keeps the full fit's penalty
+    (``lam = n alpha``) in every fold, which the refit at ``alpha n / (n - 1)`` matches."""
+    n = len(y)
+    if isinstance(est, (ElasticNet, PoissonRegressor)):
+        est = clone(est).set_params(alpha=est.alpha * n / (n - 1))
+    return np.array([loss(clone(est).fit(X[tr], y[tr]), X[te], y[te])
+                     for tr, te in LeaveOneOut().split(X)])
 
 
-# measured relative errors of ALOOCV against exact LOO here: ridge 2e-16 (exact),
-# elastic net 6.7e-3, logistic 2.4e-3, Poisson 5.1e-3; tolerances are 10x those
+# measured here: ridge and the elastic net's reliable samples (support unchanged) equal the
+# refits to 6e-13 (quadratic on the support: exact); the mean over all samples has relative
+# error: logistic 2.7e-3, Poisson 5.9e-4 (tolerances 10x those); the elastic net's mean is
+# off by 12 % because 12 of 30 samples change the support: those are flagged, not checked
 CASES = [
-    (Ridge(alpha=2.0), "reg", _sq, 1e-12),
-    (ElasticNet(alpha=0.05, l1_ratio=0.5, tol=1e-12, max_iter=100000), "reg", _sq, 0.07),
-    (LogisticRegression(C=1.0, tol=1e-12, max_iter=10000), "bin", _logloss, 0.025),
-    (PoissonRegressor(alpha=0.05, tol=1e-12, max_iter=10000), "count", _poisson_nll, 0.05),
+    (Ridge(alpha=2.0), "reg", _sq, 1e-8, 1e-8),
+    (ElasticNet(alpha=0.05, l1_ratio=0.5, tol=1e-14, max_iter=10 ** 6), "reg", _sq, None, 1e-8),
+    (LogisticRegression(C=1.0, tol=1e-12, max_iter=10000), "bin", _logloss, 0.027, None),
+    (PoissonRegressor(alpha=0.05, tol=1e-12, max_iter=10000), "count", _poisson_nll, 0.006,
+     None),
 ]
 
 
-@pytest.mark.parametrize("est,target,loss,rtol", CASES,
+@pytest.mark.parametrize("est,target,loss,rtol_mean,rtol_reliable", CASES,
                          ids=[type(c[0]).__name__ for c in CASES])
-def test_alo_score_matches_brute_force_loo(data, est, target, loss, rtol):
+def test_alo_score_matches_brute_force_loo(data, est, target, loss, rtol_mean,
+                                           rtol_reliable):
     X, y = data["X"], data[target]
     out = alo_score(est, X, y)
     exact = _brute_loo(est, X, y, loss)
-    assert abs(out.mean_loss - exact) <= rtol * exact
-    assert out.cv_result.fold_loss.shape == (N,)
+    if rtol_mean is not None:
+        assert abs(out.mean_loss - exact.mean()) <= rtol_mean * exact.mean()
+    res = out.cv_result
+    assert res.fold_loss.shape == (N,)
+    if rtol_reliable is not None:      # quadratic losses: exact where the support holds
+        flagged = np.asarray(res.unreliable) | res.diagnostics.get("support_change", False)
+        assert out.n_unreliable == int(np.sum(flagged))
+        np.testing.assert_allclose(2 * res.fold_loss[~flagged], exact[~flagged],
+                                   rtol=rtol_reliable)
 
 
 def test_alo_score_of_ridge_equals_ridgecv_loo_values(data):
