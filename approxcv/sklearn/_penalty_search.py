@@ -4,8 +4,9 @@ common weight, then Newton steps in every weight from the best grid point.
 ``ACV(lam) = 1/n sum_i s_i phi(eta_i^{(-i)}, y_i)`` (ALOOCV, :mod:`approxcv.tuning`). The grid
 makes the search robust on small or (nearly) separable data, where the Newton iteration from a
 poor start can run towards ``lam = 0`` or infinity; the Newton steps then reach the optimum to
-the tuning's gradient tolerance. A Newton result is kept only when it lies inside the grid's
-range and improves on the best grid point; otherwise the best grid point is the answer and
+the tuning's gradient tolerance. A Newton result is kept only when it is finite and improves
+on the best grid point (it may leave the grid's range: a group whose weight grows without
+bound is one the data do not support); otherwise the best grid point is the answer and
 ``refined`` is ``False``.
 """
 from __future__ import annotations
@@ -63,8 +64,7 @@ def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltyS
                 warnings.simplefilter("ignore", ApproxCVWarning)
                 out = tune_regularization(model, data, lam_best, algorithm="newton",
                                           max_iter=max_iter, warn=False)
-            inside = np.all((out.best_lam >= grid.min()) & (out.best_lam <= grid.max()))
-            if inside and np.isfinite(out.best_acv) and out.best_acv <= acv_best:
+            if np.isfinite(out.best_acv) and out.best_acv <= acv_best:
                 tune, refined = out, True
                 lam_best, acv_best = np.asarray(out.best_lam, np.float64), float(out.best_acv)
         except ApproxCVError:
