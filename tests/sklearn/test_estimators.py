@@ -1,4 +1,7 @@
 """The ALOOCV-tuned estimators: scikit-learn's estimator checks, pipelines, pandas, errors."""
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -116,3 +119,10 @@ def test_bad_input(data):
         est.predict(data["X"][:, :2])
     with pytest.raises(ValueError, match="Poisson"):
         PoissonRegressorALO().fit(data["X"], -np.ones(N))
+
+
+def test_import_approxcv_does_not_load_sklearn():
+    code = "import sys, approxcv; print('sklearn' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
