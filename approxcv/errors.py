@@ -156,3 +156,10 @@ class UnsupportedMethodError(InvalidArgumentError):
     """The model does not support the requested cross-validation method (e.g. ``"ij"`` for
     a Gaussian process, or a leave-one-out-only estimator on K-fold folds); the message
     lists the methods it supports."""
+
+
+class UnsupportedEstimatorError(InvalidArgumentError):
+    """A scikit-learn estimator, or one of its settings, that :mod:`approxcv.sklearn` cannot
+    cross-validate approximately (another model class, a solver-specific objective,
+    ``class_weight``, an L1 penalty of logistic regression, more than two classes, ...); the
+    message names the estimator and the setting, and what is supported."""

@@ -1,0 +1,155 @@
+"""Shared body of the scikit-learn estimators tuned by approximate leave-one-out.
+
+An estimator validates its input the scikit-learn way (``validate_data``,
+``_check_sample_weight``), converts its penalty to approxcv's convention
+
+    F(theta, b; w) = sum_i w_i s_i phi(x_i^T theta + b, y_i) + sum_g lam_g/2 ||theta_g||^2
+
+(:mod:`approxcv.sklearn._models`), chooses ``lam`` by ALOOCV
+(:func:`approxcv.sklearn._penalty_search.search_penalty`) and records the leave-one-out
+:class:`~approxcv.results.CVResult` at the chosen weights (``method="ns"``, ALOOCV). The
+family sets the conversion (:meth:`_ALOLinear._to_lam` / :meth:`_ALOLinear._from_lam`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+
+from ..api import cross_validate
+from ..errors import InvalidArgumentError
+from ..folds import leave_one_out
+from ._models import WEIGHTED_MODELS, pack_response
+from ._penalty_search import search_penalty
+
+__all__ = ["default_grid", "check_groups", "padded_rows", "fit_glm", "ALOFit", "_ALOLinear"]
+
+#: default grid of ``lam / sum(sample_weight)`` (standardised features: ``X^T X ~ n I``)
+GRID_PER_SAMPLE = np.logspace(-6, 2, 9)
+
+
+def default_grid(n_eff: float) -> np.ndarray:
+    """``n_eff * 10^{-6..2}``: nine weights, from nearly none to heavy shrinkage."""
+    return n_eff * GRID_PER_SAMPLE
+
+
+def check_groups(penalty_groups, n_features: int):
+    """``None`` or a tuple of ``p`` group indices ``0 .. m-1`` (every group used)."""
+    if penalty_groups is None:
+        return None
+    g = np.asarray(penalty_groups)
+    if g.shape != (n_features,) or not np.issubdtype(g.dtype, np.integer):
+        raise InvalidArgumentError(f"`penalty_groups` must hold one integer group index per "
+                                   f"feature ({n_features}), got shape {g.shape}")
+    if g.min() != 0 or set(np.unique(g)) != set(range(g.max() + 1)):
+        raise InvalidArgumentError("`penalty_groups` must use every index 0 .. m-1")
+    return tuple(int(v) for v in g)
+
+
+class ALOFit:
+    """One ALOOCV-tuned fit: ``lam`` ``(m,)``, flat ``u``, ``acv``, ``path``, and
+    ``cv_result`` (leave-one-out by ``"ns"`` at ``lam``, computed at its first access)."""
+
+    def __init__(self, search, data, fit_intercept: bool, fit_data=None):
+        self.lam, self.acv, self.path = search.lam, search.acv, search.path
+        self.refined = search.refined
+        model = search.model
+        fit_data = data if fit_data is None else fit_data
+        self.u = np.asarray(model.fit_flat(model.prepare(fit_data)[0],
+                                           model.lam_vector())[0])
+        params = model.flat_to_params(self.u)
+        self._model, self._data, self._params, self._cv = model, data, params, None
+        self.coef = np.asarray(params[0])
+        self.intercept = float(np.sum(params[1])) if fit_intercept else 0.0
+
+    @property
+    def cv_result(self):
+        if self._cv is None:
+            self._cv = cross_validate(self._model, self._data,
+                                      leave_one_out(len(self._data[1])), "ns",
+                                      params=self._params, progress=False, warn=False)
+        return self._cv
+
+
+def padded_rows(n: int) -> int:
+    """Rows after padding: the next power of two (at least 16), so that fits on data of
+    nearby sizes (a grid search's splits, scikit-learn's checks) share compiled programs."""
+    return max(16, 1 << (int(n) - 1).bit_length())
+
+
+def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps) -> ALOFit:
+    """Tune and fit a sample-weighted GLM (``family`` of :data:`WEIGHTED_MODELS`).
+
+    The search runs on the data padded to :func:`padded_rows` rows with sample weight 0
+    (response 0): they add nothing to the objective or to the sum of leave-one-out losses,
+    whose mean is rescaled by ``n_padded / n``. The chosen fit and its ``cv_result`` use
+    the data as given."""
+    m = 1 if groups is None else max(groups) + 1
+    lam0 = 1.0 if groups is None else tuple(np.ones(m))
+    model = WEIGHTED_MODELS[family](lam0, groups, fit_intercept=fit_intercept)
+    n, n_pad = X.shape[0], padded_rows(X.shape[0])
+    data = (X, pack_response(y, sw))
+    padded = (np.concatenate([X, np.zeros((n_pad - n, X.shape[1]))]),
+              np.concatenate([data[1], np.zeros((n_pad - n, 2))]))
+    search = search_penalty(model, padded, np.asarray(grid, np.float64), m, newton_steps)
+    search.acv *= n_pad / n
+    search.path["acv"] *= n_pad / n
+    return ALOFit(search, data, fit_intercept, padded)
+
+
+class _ALOLinear(BaseEstimator):
+    """Base of the ALOOCV-tuned linear estimators (not public)."""
+    _family = None
+    _param_name = "alpha"      # the scikit-learn penalty attribute: alpha_ or C_
+
+    def _validate_fit(self, X, y, sample_weight, **kw):
+        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2, **kw)
+        sw = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        return X, y, sw
+
+    def _grid(self, values, n_eff):
+        """``lam`` grid: the user's values converted, or :func:`default_grid`."""
+        if values is None:
+            return default_grid(n_eff)
+        v = np.asarray(values, dtype=np.float64).reshape(-1)
+        if v.size == 0 or np.any(~np.isfinite(v)) or np.any(v <= 0):
+            raise InvalidArgumentError(f"the grid of {self._param_name} values must be "
+                                       "positive and finite")
+        return np.sort(self._to_lam(v, n_eff))
+
+    def _record(self, fit: ALOFit, n_eff):
+        """The fitted attributes of one tuned fit."""
+        value = self._from_lam(fit.lam, n_eff)
+        setattr(self, self._param_name + "_", float(value[0]) if value.size == 1 else value)
+        path = fit.path.copy()
+        for c in [c for c in path.columns if c == "lam" or c.startswith("lam_")]:
+            path[c.replace("lam", self._param_name)] = self._from_lam(path[c].to_numpy(), n_eff)
+        self.alo_path_ = path
+        self.alo_score_ = fit.acv
+        self._alo_fits = [fit]
+
+    @property
+    def cv_result_(self):
+        """approxcv :class:`~approxcv.results.CVResult` of leave-one-out CV (``"ns"``) at
+        the chosen penalty (computed at the first access; one-vs-rest: a list per class)."""
+        check_is_fitted(self, "coef_")
+        res = [f.cv_result for f in self._alo_fits]
+        return res[0] if len(res) == 1 else res
+
+    @property
+    def unreliable_(self):
+        """Indices of the samples whose leave-one-out estimate cannot be vouched for (from
+        :attr:`cv_result_`; one-vs-rest: a list per class)."""
+        check_is_fitted(self, "coef_")
+        res = [np.flatnonzero(f.cv_result.unreliable) for f in self._alo_fits]
+        return res[0] if len(res) == 1 else res
+
+    def _linear(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return X @ self.coef_.T + self.intercept_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags

@@ -1,0 +1,140 @@
+"""The approxcv ERM models in the form scikit-learn estimators need: sample weights and
+penalty groups.
+
+A scikit-learn ``fit(X, y, sample_weight)`` minimises ``sum_i s_i phi(eta_i, y_i) +
+penalty``. These models keep the ERM objective of :mod:`approxcv.models.erm` and put the
+sample weight ``s_i`` inside the elementwise loss, so that every fast path (the ALOOCV
+downdates, the tuning's implicit derivatives) applies unchanged:
+
+    F(theta, b; w) = sum_i w_i s_i phi(x_i^T theta + b, y_i) + sum_g lam_g r_g(theta),
+
+where ``w`` are the cross-validation weights. The responses are packed with the sample
+weights as ``y`` ``(n, 2) = [y_i, s_i]`` (:func:`pack_response`); the held-out loss of a
+left-out sample is ``s_i phi_i`` (its weighted loss). The penalty is one ridge weight, or one
+per group of features: ``r_g(theta) = 1/2 sum_{j in g} theta_j^2`` with the groups as a
+one-hot ``(m, p)`` membership matrix (the penalty's ``aux``).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._validate import as_real_array, check_finite
+from ..errors import InvalidDataError
+from ..models.erm.base import ERM, ERMData, ridge_total
+from ..models.erm.logistic import Logistic
+from ..models.erm.poisson_regression import PoissonRegression
+from ..models.erm.ridge import Ridge, ridge_solve
+
+__all__ = ["pack_response", "group_ridge", "WeightedRidge", "WeightedLogistic",
+           "WeightedPoisson", "WEIGHTED_MODELS"]
+
+
+def pack_response(y, sample_weight) -> np.ndarray:
+    """``(n, 2)``: the responses and the sample weights side by side."""
+    y = np.asarray(y, dtype=np.float64)
+    s = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, np.float64)
+    return np.stack([y, s], axis=1)
+
+
+def group_ridge(coef, aux):
+    """``r_g(theta) = 1/2 sum_{j in g} theta_j^2``: ``aux`` is the ``(m, p)`` membership."""
+    return 0.5 * aux @ coef ** 2
+
+
+# a sum of per-coefficient terms: the penalty Hessian is diagonal (tuning uses it)
+group_ridge.separable = True
+
+
+def _weighted(phi):
+    """``loss(eta, y) = y[:, 1] phi(eta, y[:, 0])`` (one function per family, built once)."""
+    def loss(eta, y):
+        return y[..., 1] * phi(eta, y[..., 0])
+    loss.__doc__ = f"Sample-weighted ``{phi.__qualname__}``: ``s_i phi(eta_i, y_i)``."
+    return loss
+
+
+class _Weighted(ERM):
+    """Mixin over an approxcv ERM family: sample weights in the loss, penalty groups.
+
+    Args:
+        lam: one weight, or one per group.
+        groups: ``None`` (one weight for all coefficients) or a tuple of ``p`` group
+            indices ``0 .. m-1``.
+        fit_intercept, max_steps: as :class:`~approxcv.models.erm.ERM`.
+    """
+    family: type = None
+
+    def __init__(self, lam=1.0, groups=None, *, fit_intercept: bool = True,
+                 max_steps: int = 1000):
+        super().__init__(lam, fit_intercept=fit_intercept, max_steps=max_steps)
+        self.groups = None if groups is None else tuple(int(g) for g in groups)
+
+    def regularizer_function(self):
+        return ridge_total if self.groups is None else group_ridge
+
+    def penalty_aux(self):
+        if self.groups is None:
+            return None
+        g = np.asarray(self.groups)
+        return jnp.asarray((np.arange(g.max() + 1)[:, None] == g[None, :]).astype(np.float64))
+
+    def _check_lam_length(self, p: int):
+        return None
+
+    def prepare(self, data, level=None):
+        """``data = (X (n, p), Y (n, 2))`` with ``Y = [y, sample_weight]``."""
+        if isinstance(data, ERMData):
+            return data, "within", data.num_samples
+        X, Y = as_real_array("X", data[0]), as_real_array("y", data[1])
+        if X.ndim != 2 or Y.ndim != 2 or Y.shape != (X.shape[0], 2):
+            raise InvalidDataError(f"expected X (n, p) and [y, sample_weight] (n, 2), got "
+                                   f"{X.shape} and {Y.shape}")
+        X, Y = check_finite("X", X), check_finite("y", Y)
+        self._validate_y(Y[:, 0])
+        if np.any(Y[:, 1] < 0):
+            raise InvalidDataError("`sample_weight` must be >= 0")
+        return ERMData(jnp.asarray(X), jnp.asarray(Y)), "within", X.shape[0]
+
+
+class WeightedRidge(_Weighted, Ridge):
+    """:class:`~approxcv.models.erm.Ridge` with sample weights and penalty groups."""
+    loss = staticmethod(_weighted(Ridge.loss))
+
+    def fit_flat(self, data: ERMData, lam, u0=None, weights=None):
+        """Closed form ``(A^T W S A + P)^{-1} A^T W S y`` (``u0`` ignored)."""
+        design = self.design(data)
+        n, dim = design.shape
+        w = jnp.ones(n) if weights is None else jnp.asarray(weights, jnp.float64)
+        lam = jnp.asarray(lam, jnp.float64)
+        aux = self.penalty_aux()
+        hess_pen = jax.hessian(self.penalty)(jnp.zeros(dim), lam, aux)
+        u = ridge_solve(design, data.y[:, 0], w * data.y[:, 1], hess_pen)
+        value = jnp.sum(w * self.loss(design @ u, data.y)) + self.penalty(u, lam, aux)
+        info = {"objective": float(value), "grad_norm": 0.0, "num_steps": 0,
+                "converged": bool(np.all(np.isfinite(np.asarray(u))))}
+        self._check_fit(u, info)
+        return u, info
+
+
+class WeightedLogistic(_Weighted, Logistic):
+    """:class:`~approxcv.models.erm.Logistic` with sample weights and penalty groups."""
+    loss = staticmethod(_weighted(Logistic.loss))
+
+
+class WeightedPoisson(_Weighted, PoissonRegression):
+    """:class:`~approxcv.models.erm.PoissonRegression` with sample weights and penalty
+    groups."""
+    loss = staticmethod(_weighted(PoissonRegression.loss))
+    response = "non-negative responses"
+
+    @staticmethod
+    def valid_response(y):
+        """``y >= 0`` (scikit-learn's PoissonRegressor takes non-integer responses; the
+        loss ``e^eta - y eta + log Gamma(y + 1)`` is defined for them)."""
+        return y >= 0
+
+
+WEIGHTED_MODELS = {"ridge": WeightedRidge, "logistic": WeightedLogistic,
+                   "poisson": WeightedPoisson}

@@ -1,0 +1,79 @@
+"""Choosing ridge-type penalty weights by ALOOCV for the estimators: a coarse grid in one
+common weight, then Newton steps in every weight from the best grid point.
+
+``ACV(lam) = 1/n sum_i s_i phi(eta_i^{(-i)}, y_i)`` (ALOOCV, :mod:`approxcv.selection.tuning`). The grid
+makes the search robust on small or (nearly) separable data, where the Newton iteration from a
+poor start can run towards ``lam = 0`` or infinity; the Newton steps then reach the optimum to
+the tuning's gradient tolerance. A Newton result is kept only when it is finite and improves
+on the best grid point (it may leave the grid's range: a group whose weight grows without
+bound is one the data do not support); otherwise the best grid point is the answer and
+``refined`` is ``False``.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ApproxCVError, ApproxCVWarning
+from ._tuning import aloocv_gradient, tune_regularization
+
+__all__ = ["PenaltySearch", "search_penalty"]
+
+
+@dataclass
+class PenaltySearch:
+    """Outcome of :func:`search_penalty`.
+
+    lam: ``(m,)`` chosen weights; acv: ALOOCV there; path: DataFrame (``lam`` or
+    ``lam_0..``, ``acv``, ``stage`` = ``"grid"``/``"newton"``); refined: the Newton stage was
+    kept; params: the flat fit at ``lam``; model: the model at ``lam``; tune: the
+    :class:`~approxcv.selection.tuning.TuneResult` of the Newton stage (``None`` if not run or not kept).
+    """
+    lam: np.ndarray
+    acv: float
+    path: pd.DataFrame
+    refined: bool
+    model: object
+    tune: object
+
+
+def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltySearch:
+    """Grid over one common weight (``grid`` ``(k,)``, positive), then Newton in all
+    ``n_weights`` weights from the best grid point (``max_iter`` steps; 0: grid only)."""
+    rows = []
+    for lam in grid:
+        cand = model.with_lam(np.full(n_weights, lam))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                acv = float(aloocv_gradient(cand, data)[0])
+        except ApproxCVError:
+            acv = np.inf
+        rows.append({"lam": float(lam), "acv": acv if np.isfinite(acv) else np.inf,
+                     "stage": "grid"})
+    path = pd.DataFrame(rows)
+    best = int(np.argmin(path["acv"].to_numpy()))
+    lam_best, acv_best = np.full(n_weights, grid[best]), float(path["acv"].iloc[best])
+    tune, refined = None, False
+    if max_iter > 0 and np.isfinite(acv_best):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ApproxCVWarning)
+                out = tune_regularization(model, data, lam_best, algorithm="newton",
+                                          max_iter=max_iter, warn=False)
+            if np.isfinite(out.best_acv) and out.best_acv <= acv_best:
+                tune, refined = out, True
+                lam_best, acv_best = np.asarray(out.best_lam, np.float64), float(out.best_acv)
+        except ApproxCVError:
+            pass
+    if refined:
+        new = pd.DataFrame({"acv": tune.path["acv_full"].to_numpy(), "stage": "newton"})
+        lam_cols = [c for c in tune.path.columns if c == "lam" or c.startswith("lam_")]
+        for c in lam_cols:
+            new[c] = tune.path[c].to_numpy()
+        path = pd.concat([path, new], ignore_index=True)
+    return PenaltySearch(lam_best, acv_best, path, refined,
+                         model.with_lam(lam_best), tune)

@@ -1,0 +1,218 @@
+"""approxcv.sklearn against exact leave-one-out and the tools a scikit-learn user would pick.
+
+Writes benchmarks/results/sklearn_alo.json (one process, one machine):
+
+1. LogisticRegressionALO on breast cancer (569 x 30, standardised): its C_ against the exact
+   leave-one-out minimiser (golden-section search in log C over exact LOO, each evaluation
+   569 refits by approxcv's exact CV, which matches scikit-learn refits to ~1e-12,
+   docs/erm.md), fit times (first fit with compilation, then warm) against
+   LogisticRegressionCV(Cs=20, cv=LeaveOneOut()) and bbai's LogisticRegression (if
+   installed), and the exact LOO log-loss at each tool's C.
+2. RidgeALO against RidgeCV(alphas=[alpha_], cv=None): the largest difference of the LOO
+   values (diabetes, 442 x 10).
+3. alo_score against exact leave-one-out refits of the same scikit-learn estimator on data
+   sets with n >= 300: mean relative error of the mean LOO loss, mean relative error per
+   sample, and the number of unreliable samples.
+
+Usage: python benchmarks/sklearn_alo.py [--lrcv-n N]  (LogisticRegressionCV on the first N
+samples of a shuffled breast cancer: it refits 20 x n models; default: all 569).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from scipy.special import gammaln
+from sklearn.base import clone
+from sklearn.datasets import load_breast_cancer, load_diabetes
+from sklearn.linear_model import (ElasticNet, LogisticRegression, LogisticRegressionCV,
+                                  PoissonRegressor, Ridge, RidgeCV)
+from sklearn.model_selection import LeaveOneOut
+from sklearn.preprocessing import StandardScaler
+
+import approxcv as acv
+from approxcv.models import Logistic
+from approxcv.sklearn import LogisticRegressionALO, RidgeALO, alo_score
+
+OUT = Path(__file__).resolve().parent / "results" / "sklearn_alo.json"
+
+
+def exact_loo_logloss(X, y, C):
+    """Mean exact LOO log-loss of L2 logistic regression at ``C`` (approxcv exact refits)."""
+    model = Logistic(1.0 / C)
+    res = acv.cross_validate(model, (X, y), acv.folds.leave_one_out(len(y)), "exact",
+                             progress=False)
+    return float(np.mean(res.fold_loss))
+
+
+def golden_section(f, lo, hi, rtol):
+    """Minimise ``f`` over ``[lo, hi]`` (log scale) to ``hi / lo - 1 <= rtol``."""
+    g = (np.sqrt(5) - 1) / 2
+    a, b = np.log(lo), np.log(hi)
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(np.exp(c)), f(np.exp(d))
+    evals = 2
+    while b - a > np.log1p(rtol):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(np.exp(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(np.exp(d))
+        evals += 1
+    return float(np.exp((a + b) / 2)), evals
+
+
+def timed(fn, repeat=1):
+    best = np.inf
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return out, best
+
+
+def breast_cancer(lrcv_n):
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    out = {"n": int(len(y)), "p": int(X.shape[1])}
+    t = time.perf_counter()
+    est = LogisticRegressionALO().fit(X, y)
+    out["alo_first_fit_seconds"] = time.perf_counter() - t
+    _, out["alo_warm_fit_seconds"] = timed(lambda: LogisticRegressionALO().fit(X, y), 3)
+    out["alo_C"] = est.C_
+    out["alo_score"] = est.alo_score_
+    out["alo_unreliable"] = int(len(est.unreliable_))
+    cache = {}
+
+    def f(C):
+        if C not in cache:
+            cache[C] = exact_loo_logloss(X, y, C)
+        return cache[C]
+    t = time.perf_counter()
+    c_star, evals = golden_section(f, est.C_ / 4, est.C_ * 4, 1e-4)
+    out["exact_loo_C"] = c_star
+    out["golden_section_evaluations"] = evals
+    out["golden_section_seconds"] = time.perf_counter() - t
+    out["C_relative_difference"] = abs(est.C_ - c_star) / c_star
+    out["exact_loo_at_alo_C"] = f(est.C_)
+    out["exact_loo_at_exact_C"] = f(c_star)
+    out["alo_score_relative_error"] = abs(est.alo_score_ - f(est.C_)) / f(est.C_)
+    try:
+        from bbai.glm import LogisticRegression as BBAILogistic
+        BBAILogistic().fit(X, y)
+        bb, out["bbai_warm_fit_seconds"] = timed(lambda: BBAILogistic().fit(X, y), 3)
+        out["bbai_C"] = float(np.ravel(bb.C_)[0])
+        out["exact_loo_at_bbai_C"] = f(out["bbai_C"])
+        out["alo_fit_over_bbai"] = out["alo_warm_fit_seconds"] / out["bbai_warm_fit_seconds"]
+    except ImportError as exc:
+        out["bbai"] = f"unavailable: {exc}"
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(y))[:lrcv_n]
+    Xs, ys = X[idx], y[idx]
+    out["lrcv_n"] = int(len(idx))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lrcv, out["lrcv_fit_seconds"] = timed(
+            lambda: LogisticRegressionCV(Cs=20, cv=LeaveOneOut(), scoring="neg_log_loss",
+                                         max_iter=1000).fit(Xs, ys))
+    _, alo_sub = timed(lambda: LogisticRegressionALO().fit(Xs, ys), 1)   # compile
+    _, out["alo_fit_seconds_on_lrcv_data"] = timed(
+        lambda: LogisticRegressionALO().fit(Xs, ys), 3)
+    out["lrcv_over_alo"] = out["lrcv_fit_seconds"] / out["alo_fit_seconds_on_lrcv_data"]
+    out["lrcv_C"] = float(np.ravel(lrcv.C_)[0])
+    if lrcv_n == len(y):
+        out["exact_loo_at_lrcv_C"] = f(out["lrcv_C"])
+    return out
+
+
+def ridge_vs_ridgecv():
+    X, y = load_diabetes(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    est = RidgeALO().fit(X, y)
+    rcv = RidgeCV(alphas=[est.alpha_], store_cv_results=True).fit(X, y)
+    diff = np.abs(2 * est.cv_result_.fold_loss - rcv.cv_results_[:, 0])
+    grp = RidgeALO(penalty_groups=[0, 0, 0, 0, 1, 1, 1, 1, 1, 1]).fit(X, y)
+    return {"n": int(len(y)), "alpha_": est.alpha_,
+            "max_abs_diff_loo_values": float(diff.max()),
+            "max_rel_diff_loo_values": float((diff / rcv.cv_results_[:, 0]).max()),
+            "alo_score": est.alo_score_, "grouped_alpha_": np.ravel(grp.alpha_).tolist(),
+            "grouped_alo_score": grp.alo_score_}
+
+
+def _sq(e, x, y):
+    return (e.predict(x) - y) ** 2
+
+
+def _logloss(e, x, y):
+    return -np.log(e.predict_proba(x)[np.arange(len(y)), y])
+
+
+def _poisson_nll(e, x, y):
+    mu = e.predict(x)
+    return mu - y * np.log(mu) + gammaln(y + 1.0)
+
+
+def _exact_loo(est, X, y, loss):
+    return np.array([loss(clone(est).fit(X[tr], y[tr]), X[te], y[te])[0]
+                     for tr, te in LeaveOneOut().split(X)])
+
+
+def alo_vs_exact():
+    rows = []
+    bc_X, bc_y = load_breast_cancer(return_X_y=True)
+    bc_X = StandardScaler().fit_transform(bc_X)
+    db_X, db_y = load_diabetes(return_X_y=True)
+    db_X = StandardScaler().fit_transform(db_X)
+    calls = acv.datasets.load_calls(n=600, as_frame=True)
+    t = 2 * np.pi * calls["slot"].to_numpy() / 169
+    c_X = np.column_stack([np.sin(k * t) for k in (1, 2, 3)] +
+                          [np.cos(k * t) for k in (1, 2, 3)])
+    c_y = calls["calls"].to_numpy().astype(float)
+    p_X, p_y = acv.datasets.load_pima()
+    p_X, p_y = StandardScaler().fit_transform(p_X), (np.asarray(p_y) > 0).astype(int)
+    tight = dict(tol=1e-12, max_iter=100000)
+    cases = [
+        ("breast_cancer", LogisticRegression(C=1.0, **tight), bc_X, bc_y, _logloss),
+        ("breast_cancer_weak", LogisticRegression(C=10.0, **tight), bc_X, bc_y, _logloss),
+        ("diabetes_elastic_net", ElasticNet(alpha=0.1, l1_ratio=0.5, **tight), db_X, db_y,
+         _sq),
+        ("diabetes_ridge", Ridge(alpha=10.0), db_X, db_y, _sq),
+        ("calls_poisson", PoissonRegressor(alpha=1e-3, **tight), c_X, c_y, _poisson_nll),
+        ("pima", LogisticRegression(C=1.0, **tight), p_X, p_y, _logloss),
+    ]
+    for name, est, X, y, loss in cases:
+        out, secs = timed(lambda: alo_score(est, X, y))
+        exact, exact_secs = timed(lambda: _exact_loo(est, X, y, loss))
+        scale = 2.0 if loss is _sq else 1.0
+        approx = scale * np.asarray(out.cv_result.fold_loss)
+        rows.append({"data": name, "estimator": repr(est), "n": int(len(y)),
+                     "alo_mean_loss": out.mean_loss, "exact_mean_loss": float(exact.mean()),
+                     "relative_error_of_mean": abs(out.mean_loss - exact.mean()) / exact.mean(),
+                     "mean_relative_error_per_sample":
+                         float(np.mean(np.abs(approx - exact) / np.maximum(exact, 1e-12))),
+                     "n_unreliable": out.n_unreliable, "alo_seconds_first_call": secs,
+                     "exact_refit_seconds": exact_secs})
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lrcv-n", type=int, default=569)
+    args = parser.parse_args()
+    result = {"breast_cancer_logistic": breast_cancer(args.lrcv_n),
+              "ridge_vs_ridgecv": ridge_vs_ridgecv(),
+              "alo_score_vs_exact_loo": alo_vs_exact()}
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=2, default=float) + "\n")
+    print(json.dumps(result, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    main()
