@@ -117,6 +117,17 @@ class _ALOLinear(BaseEstimator):
                                        "positive and finite")
         return np.sort(self._to_lam(v, n_eff))
 
+    def _fit_tuned(self, family: str, X, y, sw, values):
+        """Tune one penalty of ``family`` (a key of :data:`WEIGHTED_MODELS`) on the user's
+        grid ``values`` (or the default), fit, and set the fitted attributes; ``self``."""
+        groups = check_groups(self.penalty_groups, X.shape[1])
+        n_eff = float(np.sum(sw))
+        fit = fit_glm(family, X, y, sw, self._grid(values, n_eff), groups,
+                      self.fit_intercept, self.newton_steps)
+        self.coef_, self.intercept_ = fit.coef, fit.intercept
+        self._record(fit, n_eff)
+        return self
+
     def _record(self, fit: ALOFit, n_eff):
         """The fitted attributes of one tuned fit."""
         value = self._from_lam(fit.lam, n_eff)

@@ -14,7 +14,7 @@ from sklearn.base import RegressorMixin
 from sklearn.metrics import d2_tweedie_score
 
 from ..errors import InvalidDataError
-from ._base import _ALOLinear, check_groups, fit_glm
+from ._base import _ALOLinear
 
 __all__ = ["PoissonRegressorALO"]
 
@@ -46,13 +46,7 @@ class PoissonRegressorALO(RegressorMixin, _ALOLinear):
         if np.any(y < 0) or np.sum(y) <= 0:
             raise InvalidDataError("Some value(s) of y are out of the valid range of the "
                                    "Poisson loss: y must be >= 0 with a positive sum")
-        groups = check_groups(self.penalty_groups, X.shape[1])
-        n_eff = float(np.sum(sw))
-        fit = fit_glm("poisson", X, y, sw, self._grid(self.alphas, n_eff), groups,
-                      self.fit_intercept, self.newton_steps)
-        self.coef_, self.intercept_ = fit.coef, fit.intercept
-        self._record(fit, n_eff)
-        return self
+        return self._fit_tuned("poisson", X, y, sw, self.alphas)
 
     def predict(self, X):
         """Predicted mean ``exp(X coef_ + intercept_)`` ``(n,)``."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import RegressorMixin
 
-from ._base import _ALOLinear, check_groups, fit_glm
+from ._base import _ALOLinear
 
 __all__ = ["RidgeALO"]
 
@@ -54,13 +54,7 @@ class RidgeALO(RegressorMixin, _ALOLinear):
     def fit(self, X, y, sample_weight=None):
         """Tune ``alpha`` by leave-one-out and fit; returns ``self``."""
         X, y, sw = self._validate_fit(X, y, sample_weight, y_numeric=True)
-        groups = check_groups(self.penalty_groups, X.shape[1])
-        n_eff = float(np.sum(sw))
-        fit = fit_glm("ridge", X, y, sw, self._grid(self.alphas, n_eff), groups,
-                      self.fit_intercept, self.newton_steps)
-        self.coef_, self.intercept_ = fit.coef, fit.intercept
-        self._record(fit, n_eff)
-        return self
+        return self._fit_tuned("ridge", X, y, sw, self.alphas)
 
     def predict(self, X):
         """``X coef_ + intercept_`` ``(n,)``."""
