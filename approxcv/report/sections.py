@@ -152,7 +152,7 @@ def timing_section(saved, pairs) -> tuple:
 def _unreliable_of(s: SavedResult) -> str:
     """One result's unreliable folds: counts by cause, and the folds with their causes."""
     r = s.result
-    causes = r.diagnostics.get("unreliable_causes", {})
+    causes = r.diagnostics.unreliable_causes
     bad_ids = r.fold_ids[r.unreliable]
     head = (f"<h3>{H.esc(result_name(s))}: {len(bad_ids)} of {len(r)} folds unreliable</h3>")
     if not len(bad_ids):

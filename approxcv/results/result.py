@@ -150,7 +150,7 @@ class CVResult:
 
         def mean(values):
             return float(np.mean(values)) if len(values) else np.nan
-        causes = self.diagnostics.get("unreliable_causes", {})
+        causes = self.diagnostics.unreliable_causes
         return {"method": self.method, "scheme": self.scheme, "level": self.level,
                 "n_folds": len(self), "n_reliable": int(ok.sum()),
                 "n_unreliable": int((~ok).sum()),
@@ -231,7 +231,7 @@ class CVResult:
     def error_estimate(self):
         """``(n_folds,)`` estimated relative error of each fold loss against exact CV
         (``diagnostics["error_estimate"]``), or ``None`` when the method gives none."""
-        return self.diagnostics.get("error_estimate")
+        return self.diagnostics.error_estimate
 
 
 def _finite_folds(result: CVResult) -> np.ndarray:
