@@ -21,8 +21,10 @@ from .._compile import jit
 from .accumulate import has_unit_axis, structure_derivatives
 
 
+@partial(jit, static_argnums=0)
 def gradient(fun, u, w, data=None):
-    """Return ``dF/du`` at ``(u, w)``, shape ``(D,)``."""
+    """Return ``dF/du`` at ``(u, w)``, shape ``(D,)`` (one compiled program per objective,
+    a nested ``jit`` inside other programs)."""
     return jax.grad(fun, argnums=0)(u, w, data)
 
 

@@ -214,7 +214,7 @@ def lane_pass(log_init, log_trans, emission: Callable, emission_params, x, index
         the emission parameters), their maxima ``(C, B)`` and scaled exponentials."""
         out = fn(lambda p: jax.vmap(emission, (0, None), 2)(p, xs[c]))
         ll = out[0] if isinstance(out, tuple) else out
-        shift = jnp.max(ll, axis=1)
+        shift = lax.stop_gradient(jnp.max(ll, axis=1))
         return out, shift, jnp.exp(ll - shift[:, None, :])
 
     def steps(c):

@@ -121,7 +121,7 @@ def _log_message(alpha, r, pot):
 
 def _normalised(log_potential, factors_t):
     """``(alpha, log c)`` with ``alpha = exp(log_potential) * factors_t / c`` summing to 1."""
-    top = jnp.max(log_potential)
+    top = lax.stop_gradient(jnp.max(log_potential))
     a = jnp.exp(log_potential - top) * factors_t
     norm = jnp.sum(a)
     return a / norm, jnp.log(norm) + top

@@ -16,7 +16,6 @@ one-hot ``(m, p)`` membership matrix (the penalty's ``aux``).
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -25,7 +24,7 @@ from ..errors import InvalidDataError
 from ..models.erm.base import ERM, ERMData, ridge_total
 from ..models.erm.logistic import Logistic
 from ..models.erm.poisson_regression import PoissonRegression
-from ..models.erm.ridge import Ridge, ridge_solve
+from ..models.erm.ridge import Ridge, closed_form_ridge_fit
 
 __all__ = ["pack_response", "group_ridge", "WeightedRidge", "WeightedLogistic",
            "WeightedPoisson", "WEIGHTED_MODELS"]
@@ -105,14 +104,12 @@ class WeightedRidge(_Weighted, Ridge):
     def fit_flat(self, data: ERMData, lam, u0=None, weights=None):
         """Closed form ``(A^T W S A + P)^{-1} A^T W S y`` (``u0`` ignored)."""
         design = self.design(data)
-        n, dim = design.shape
-        w = jnp.ones(n) if weights is None else jnp.asarray(weights, jnp.float64)
-        lam = jnp.asarray(lam, jnp.float64)
-        aux = self.penalty_aux()
-        hess_pen = jax.hessian(self.penalty)(jnp.zeros(dim), lam, aux)
-        u = ridge_solve(design, data.y[:, 0], w * data.y[:, 1], hess_pen)
-        value = jnp.sum(w * self.loss(design @ u, data.y)) + self.penalty(u, lam, aux)
-        info = {"objective": float(value), "grad_norm": 0.0, "num_steps": 0,
+        w = (jnp.ones(design.shape[0]) if weights is None
+             else jnp.asarray(weights, jnp.float64))
+        u, value, grad_norm = closed_form_ridge_fit(
+            design, data.y[:, 0], w * data.y[:, 1], data.y, w, jnp.asarray(lam, jnp.float64),
+            self.penalty_aux(), self.loss, self.penalty)
+        info = {"objective": float(value), "grad_norm": float(grad_norm), "num_steps": 0,
                 "converged": bool(np.all(np.isfinite(np.asarray(u))))}
         self._check_fit(u, info)
         return u, info

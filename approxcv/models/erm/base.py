@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from functools import partial
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -33,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._validate import as_real_array, check_finite, check_positive_int
+from ..._compile import jit
 from ...optim import batched_minimize
 from .. import constraints as C
 from ..base import Model, check_weights, left_out
@@ -88,6 +90,7 @@ def check_lam(value, name: str = "lam"):
     return float(arr) if arr.ndim == 0 else tuple(float(v) for v in arr)
 
 
+@partial(jit, static_argnums=1)
 def design_matrix(X, fit_intercept: bool):
     """``A = [X, 1]`` (``(n, p + 1)``) or ``X`` without intercept."""
     if not fit_intercept:

@@ -147,6 +147,18 @@ def _kkt_residual(design, y, w, lam1, lam2, pen, u):
     return jnp.linalg.norm(jnp.where(pen == 0, g, jnp.where(u != 0, on, off)))
 
 
+@partial(jit, static_argnums=(5, 6, 7))
+def _fit_and_check(design, y, w, lam, u0, penalty_fn, fit_intercept: bool, max_rounds: int):
+    """:func:`enet_fit` at ``lam = (lam1, lam2)`` and its checks in one program:
+    ``(u, ok, rounds, F(u), KKT residual)``, ``F(u) = 1/2 sum w_i (y_i - a_i^T u)^2 +
+    penalty_fn(u, lam)``."""
+    pen = _penalised(design.shape[1], fit_intercept)
+    u, ok, rounds = enet_fit(design, y, w, lam[0], lam[1], pen, u0,
+                             _step_size(design, lam[1]), max_rounds=max_rounds)
+    value = 0.5 * jnp.sum(w * (y - design @ u) ** 2) + penalty_fn(u, lam)
+    return u, ok, rounds, value, _kkt_residual(design, y, w, lam[0], lam[1], pen, u)
+
+
 @functools.lru_cache(maxsize=64)
 def enet_refit_solver(lam1: float, lam2: float, fit_intercept: bool, max_rounds: int):
     """``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult``: FISTA + polish refits
@@ -228,17 +240,13 @@ class ElasticNet(ERM):
         """FISTA + exact polish on the support. Returns ``(u, info)``."""
         design = self.design(data)
         n, dim = design.shape
-        lam = jnp.asarray(lam, jnp.float64)
         u0 = jnp.zeros(dim) if u0 is None else jnp.asarray(u0, jnp.float64)
         w = jnp.ones(n) if weights is None else jnp.asarray(weights, jnp.float64)
-        pen = _penalised(dim, self.fit_intercept)
-        u, ok, rounds = enet_fit(design, data.y, w, lam[0], lam[1], pen, u0,
-                                 _step_size(design, lam[1]),
-                                 max_rounds=max(1, self.max_steps // CHUNK))
-        value = jnp.sum(w * self.loss(design @ u, data.y)) + self.penalty(u, lam)
+        u, ok, rounds, value, kkt = _fit_and_check(
+            design, data.y, w, jnp.asarray(lam, jnp.float64), u0, self.penalty,
+            self.fit_intercept, max(1, self.max_steps // CHUNK))
         info = {"objective": float(value), "converged": bool(ok),
-                "num_steps": int(rounds) * CHUNK,
-                "grad_norm": float(_kkt_residual(design, data.y, w, lam[0], lam[1], pen, u)),
+                "num_steps": int(rounds) * CHUNK, "grad_norm": float(kkt),
                 "support_size": int(np.sum(np.asarray(u)[:self.num_coef(dim)] != 0))}
         self._check_fit(u, info)
         return u, info

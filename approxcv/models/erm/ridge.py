@@ -12,6 +12,7 @@ leave-one-out both are the PRESS residuals ``r_i / (1 - h_i)``.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -37,7 +38,18 @@ def ridge_solve(design, y, weights, penalty_hessian):
     return jax.scipy.linalg.cho_solve((chol, True), aw.T @ y)
 
 
-_ridge_solve_batch = jit(jax.vmap(ridge_solve, in_axes=(None, None, 0, None)))
+@partial(jit, static_argnums=(7, 8))
+def closed_form_ridge_fit(design, target, solve_weights, y, weights, lam, aux, loss_fn,
+                          penalty_fn):
+    """A closed-form ridge fit in one program: ``(u, F(u), ||grad F(u)||)`` with
+    ``u = (A^T S A + P)^{-1} A^T S target`` (``S = diag(solve_weights)``, ``P`` the Hessian
+    of the quadratic ``penalty_fn``) and
+    ``F(u) = sum_i w_i loss_fn(a_i^T u, y_i) + penalty_fn(u, lam, aux)``."""
+    def objective(u):
+        return jnp.sum(weights * loss_fn(design @ u, y)) + penalty_fn(u, lam, aux)
+    hess_pen = jax.hessian(penalty_fn)(jnp.zeros(design.shape[1]), lam, aux)
+    u = ridge_solve(design, target, solve_weights, hess_pen)
+    return u, objective(u), jnp.linalg.norm(jax.grad(objective)(u))
 
 
 class Ridge(ERM):
@@ -67,13 +79,10 @@ class Ridge(ERM):
         """Closed-form fit (``u0`` is ignored). Returns ``(u, info)``."""
         design = self.design(data)
         w = jnp.ones(design.shape[0]) if weights is None else jnp.asarray(weights, jnp.float64)
-        lam = jnp.asarray(lam, jnp.float64)
-        hess_pen = jax.hessian(self.penalty)(jnp.zeros(design.shape[1]), lam, None)
-        u = _ridge_solve_batch(design, data.y, w[None], hess_pen)[0]
-        grad = (design * w[:, None]).T @ (design @ u - data.y) + hess_pen @ u
-        info = {"objective": float(jnp.sum(w * self.loss(design @ u, data.y))
-                                   + self.penalty(u, lam)),
-                "grad_norm": float(jnp.linalg.norm(grad)), "converged": True, "num_steps": 0}
-        info["converged"] = bool(np.all(np.isfinite(np.asarray(u))))
+        u, value, grad_norm = closed_form_ridge_fit(
+            design, data.y, w, data.y, w, jnp.asarray(lam, jnp.float64), self.penalty_aux(),
+            self.loss, self.penalty)
+        info = {"objective": float(value), "grad_norm": float(grad_norm), "num_steps": 0,
+                "converged": bool(np.all(np.isfinite(np.asarray(u))))}
         self._check_fit(u, info)
         return u, info
