@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+from jax import lax
 
 __all__ = ["ROUNDOFF_DECREASE", "FORWARD_MAX_DIM", "contraction_rate", "extrapolate",
            "value_and_gradient", "chord_step"]
@@ -61,9 +62,11 @@ def extrapolate(d1, d2, rho):
 def chord_step(fun, chol, u_m, w, data):
     """``(correction, rho)`` for one fold: two chord steps from ``u_m`` with ``M = chol
     chol'`` and the geometric sum of the rest, ``u* = u_m - correction`` (module docstring)."""
-    value, r1 = value_and_gradient(fun, u_m, w, data)
-    d1 = jsl.cho_solve((chol, True), r1)
-    r2 = value_and_gradient(fun, u_m - d1, w, data)[1]
-    d2 = jsl.cho_solve((chol, True), r2)
-    rho = contraction_rate(jnp.dot(d2, r2), jnp.dot(d1, r1), value)
-    return extrapolate(d1, d2, rho), rho
+    def step(u, _):
+        value, r = value_and_gradient(fun, u, w, data)
+        d = jsl.cho_solve((chol, True), r)
+        return u - d, (value, r, d)
+    # a rolled loop of two steps: one copy of the gradient in the program, not two
+    _, (values, r, d) = lax.scan(step, u_m, None, length=2)
+    rho = contraction_rate(jnp.dot(d[1], r[1]), jnp.dot(d[0], r[0]), values[0])
+    return extrapolate(d[0], d[1], rho), rho

@@ -36,8 +36,8 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
+from jax import lax
 
 from .batching import fold_batch_size, fold_weights, in_chunks, map_batches, progress_chunk
 from .chord import chord_step, contraction_rate, extrapolate
@@ -79,10 +79,14 @@ def ij_chord_steps_cg(fun, u_1, params, index, data, n: int, rtol, max_steps: in
         sol = block_conjugate_gradient(lambda v: map_batches(hvp, v, hvp_batch_size), res,
                                        tols, max_steps)
         return val, res, sol
-    value, r1, s1 = step(params)
-    _, r2, s2 = step(params - s1.x)
-    rho = contraction_rate(jnp.sum(s2.x * r2, axis=1), jnp.sum(s1.x * r1, axis=1), value)
-    return (jax.vmap(extrapolate)(s1.x, s2.x, rho), rho, s1.converged & s2.converged)
+    def scan_step(us, _):
+        val, res, sol = step(us)
+        return us - sol.x, (val, res, sol.x, sol.converged)
+    # a rolled loop of two steps: one copy of the gradients and the CG solve, not two
+    _, (value, r, d, converged) = lax.scan(scan_step, params, None, length=2)
+    rho = contraction_rate(jnp.sum(d[1] * r[1], axis=1), jnp.sum(d[0] * r[0], axis=1),
+                           value[0])
+    return (jax.vmap(extrapolate)(d[0], d[1], rho), rho, converged[0] & converged[1])
 
 
 def full_hessian_chord_steps(problem, params, index, options, chol=None, info=None):
