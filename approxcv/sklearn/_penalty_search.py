@@ -1,5 +1,7 @@
 """Choosing ridge-type penalty weights by ALOOCV for the estimators: a coarse grid in one
-common weight, then Newton steps in every weight from the best grid point.
+common weight (every grid point's fit and ALOOCV in one compiled program,
+:func:`~approxcv.selection.tuning_gradient.grid_aloocv`), then Newton steps in every weight
+from the best grid point.
 
 ``ACV(lam) = 1/n sum_i s_i phi(eta_i^{(-i)}, y_i)`` (ALOOCV, :mod:`approxcv.selection.tuning`). The grid
 makes the search robust on small or (nearly) separable data, where the Newton iteration from a
@@ -18,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ApproxCVError, ApproxCVWarning
-from ._tuning import aloocv_gradient, tune_regularization
+from ._tuning import grid_aloocv, tune_regularization
 
 __all__ = ["PenaltySearch", "search_penalty"]
 
@@ -43,17 +45,9 @@ class PenaltySearch:
 def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltySearch:
     """Grid over one common weight (``grid`` ``(k,)``, positive), then Newton in all
     ``n_weights`` weights from the best grid point (``max_iter`` steps; 0: grid only)."""
-    rows = []
-    for lam in grid:
-        cand = model.with_lam(np.full(n_weights, lam))
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                acv = float(aloocv_gradient(cand, data)[0])
-        except ApproxCVError:
-            acv = np.inf
-        rows.append({"lam": float(lam), "acv": acv if np.isfinite(acv) else np.inf,
-                     "stage": "grid"})
+    lams = np.repeat(np.asarray(grid, np.float64)[:, None], n_weights, axis=1)
+    _, acv = grid_aloocv(model, data, lams)        # the whole grid: one compiled program
+    rows = [{"lam": float(lam), "acv": float(a), "stage": "grid"} for lam, a in zip(grid, acv)]
     path = pd.DataFrame(rows)
     best = int(np.argmin(path["acv"].to_numpy()))
     lam_best, acv_best = np.full(n_weights, grid[best]), float(path["acv"].iloc[best])

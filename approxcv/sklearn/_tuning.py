@@ -2,6 +2,7 @@
 move of the tuning code changes one line here)."""
 from __future__ import annotations
 
-from ..selection.tuning import aloocv_gradient, tune_regularization
+from ..selection.tuning import tune_regularization
+from ..selection.tuning_gradient import grid_aloocv
 
-__all__ = ["aloocv_gradient", "tune_regularization"]
+__all__ = ["grid_aloocv", "tune_regularization"]
