@@ -55,10 +55,11 @@ def _as_time_varying(log_trans, num_timesteps):
 
 def _scaled_potentials(log_init, log_trans, log_lik):
     """Exponentiate outside the scan: ``init = exp(log_init)``, ``trans = exp(log_trans)`` and
-    ``lik_t = exp(log_lik_t - m_t)`` with ``m_t = max_k log_lik_t(k)``, so ``max_k lik_t = 1``. ``m_t`` is a constant to
-    the derivatives (every result adds it back), as in ``logsumexp``: differentiating the
-    max would add a tie count per step to every derivative program, and a 0/0 where a
-    recomputed ``log_lik`` differs from the one the max saw in the last bit."""
+    ``lik_t = exp(log_lik_t - m_t)`` with ``m_t = max_k log_lik_t(k)``, so ``max_k lik_t = 1``.
+    ``m_t`` is a constant to the derivatives (every result adds it back), as in
+    ``logsumexp``: differentiating the max would add a tie count per step to every
+    derivative program, and a 0/0 where a recomputed ``log_lik`` differs from the one the
+    max saw in the last bit."""
     shift = lax.stop_gradient(jnp.max(log_lik, axis=1))
     return jnp.exp(log_init), jnp.exp(log_trans), jnp.exp(log_lik - shift[:, None]), shift
 
