@@ -41,7 +41,7 @@ from ...errors import ApproxCVWarning, InvalidArgumentError
 from ...optim import MinimizeResult
 from .elastic_net_support import (ElasticNetOnSupport, ElasticNetParams,
                                   off_support_curvature, support_changes)
-from .base import ERM, ERMData, check_lam, design_matrix
+from .base import ERM, ERMData, _flat_objective, check_lam, design_matrix
 from ..._compile import jit
 
 __all__ = ["ElasticNet", "ElasticNetParams", "ElasticNetOnSupport", "SupportChangeWarning",
@@ -147,15 +147,16 @@ def _kkt_residual(design, y, w, lam1, lam2, pen, u):
     return jnp.linalg.norm(jnp.where(pen == 0, g, jnp.where(u != 0, on, off)))
 
 
-@partial(jit, static_argnums=(5, 6, 7))
-def _fit_and_check(design, y, w, lam, u0, penalty_fn, fit_intercept: bool, max_rounds: int):
+@partial(jit, static_argnums=(5, 6, 7, 8))
+def _fit_and_check(design, y, w, lam, u0, loss_fn, penalty_fn, fit_intercept: bool,
+                   max_rounds: int):
     """:func:`enet_fit` at ``lam = (lam1, lam2)`` and its checks in one program:
-    ``(u, ok, rounds, F(u), KKT residual)``, ``F(u) = 1/2 sum w_i (y_i - a_i^T u)^2 +
+    ``(u, ok, rounds, F(u), KKT residual)``, ``F(u) = sum_i w_i loss_fn(a_i^T u, y_i) +
     penalty_fn(u, lam)``."""
     pen = _penalised(design.shape[1], fit_intercept)
     u, ok, rounds = enet_fit(design, y, w, lam[0], lam[1], pen, u0,
                              _step_size(design, lam[1]), max_rounds=max_rounds)
-    value = 0.5 * jnp.sum(w * (y - design @ u) ** 2) + penalty_fn(u, lam)
+    value = _flat_objective(loss_fn, penalty_fn)(u, w, (design, y, lam, None))
     return u, ok, rounds, value, _kkt_residual(design, y, w, lam[0], lam[1], pen, u)
 
 
@@ -243,7 +244,7 @@ class ElasticNet(ERM):
         u0 = jnp.zeros(dim) if u0 is None else jnp.asarray(u0, jnp.float64)
         w = jnp.ones(n) if weights is None else jnp.asarray(weights, jnp.float64)
         u, ok, rounds, value, kkt = _fit_and_check(
-            design, data.y, w, jnp.asarray(lam, jnp.float64), u0, self.penalty,
+            design, data.y, w, jnp.asarray(lam, jnp.float64), u0, self.loss, self.penalty,
             self.fit_intercept, max(1, self.max_steps // CHUNK))
         info = {"objective": float(value), "converged": bool(ok),
                 "num_steps": int(rounds) * CHUNK, "grad_norm": float(kkt),

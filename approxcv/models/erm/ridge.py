@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._compile import jit
-from .base import ERM, ERMData
+from .base import ERM, ERMData, _flat_objective
 
 __all__ = ["Ridge", "RidgeParams", "ridge_solve"]
 
@@ -45,11 +45,12 @@ def closed_form_ridge_fit(design, target, solve_weights, y, weights, lam, aux, l
     ``u = (A^T S A + P)^{-1} A^T S target`` (``S = diag(solve_weights)``, ``P`` the Hessian
     of the quadratic ``penalty_fn``) and
     ``F(u) = sum_i w_i loss_fn(a_i^T u, y_i) + penalty_fn(u, lam, aux)``."""
-    def objective(u):
-        return jnp.sum(weights * loss_fn(design @ u, y)) + penalty_fn(u, lam, aux)
+    objective = _flat_objective(loss_fn, penalty_fn)
+    args = (design, y, lam, aux)
     hess_pen = jax.hessian(penalty_fn)(jnp.zeros(design.shape[1]), lam, aux)
     u = ridge_solve(design, target, solve_weights, hess_pen)
-    return u, objective(u), jnp.linalg.norm(jax.grad(objective)(u))
+    value, grad = jax.value_and_grad(objective)(u, weights, args)
+    return u, value, jnp.linalg.norm(grad)
 
 
 class Ridge(ERM):
