@@ -25,7 +25,7 @@ import numpy as np
 
 from .._compile import jit
 from .._validate import check_choice
-from ..engine.batching import map_batches
+from .._batched_map import map_in_batches
 from ..optim import batched_minimize
 
 __all__ = ["heuristic_beta", "beta_criterion", "sweep_chunk"]
@@ -91,13 +91,13 @@ def _compiled_parts(model, chunk: int):
 
         basis = jnp.eye(theta.shape[0], dtype=theta.dtype)
         _, jvp = jax.linearize(group_scl, theta)
-        s = jnp.moveaxis(map_batches(jvp, basis, chunk), 0, -1)
+        s = jnp.moveaxis(map_in_batches(jvp, basis, chunk), 0, -1)
 
         def curvature(e):
             """``e^T (d2/dtheta2 sum_i group_scl) e`` for every group, ``(G,)``."""
             grad = jax.jacrev(lambda th: jnp.sum(group_scl(th), axis=0))
             return jax.jvp(grad, (theta,), (e,))[1] @ e
-        diag = map_batches(curvature, basis, chunk)                           # (D, G)
+        diag = map_in_batches(curvature, basis, chunk)                           # (D, G)
         return -diag.T / zg.shape[0], s
     return jit(parts)
 

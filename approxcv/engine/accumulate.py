@@ -24,9 +24,9 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from ..executors import run_batches
+from .._batched_map import map_in_batches
 from .._compile import jit
 
 
@@ -46,7 +46,7 @@ def _dense_hessian(grad_fn, u, chunk: int):
     """``H`` of the function whose gradient is ``grad_fn`` by ``D`` HVPs in chunks."""
     _, hvp = jax.linearize(grad_fn, u)
     eye = jnp.eye(u.shape[0], dtype=u.dtype)
-    return lax.map(hvp, eye, batch_size=min(chunk, u.shape[0]))
+    return map_in_batches(hvp, eye, min(chunk, u.shape[0]))
 
 
 @partial(jit, static_argnums=(0, 4, 5))

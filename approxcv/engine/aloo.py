@@ -34,7 +34,8 @@ import numpy as np
 from jax import lax
 
 from ..optim.pd import NEGLIGIBLE_JITTER, factor_hessian
-from .batching import fold_weights, map_batches
+from .batching import fold_weights
+from .._batched_map import map_in_batches
 from .chord import chord_step
 from .derivatives import full_derivatives
 from .diagnostics import fit_diagnostics
@@ -177,7 +178,7 @@ def fold_newton_params(chol, hess, terms: GLMTerms, u_full, index, grad_full,
         d, rho = chord_step(fun, c, u_o, fold_weights(idx, n, u_full.dtype), data)
         return u_o, jnp.where(ok, pivot, jnp.nan), d, rho
 
-    return map_batches(one, index, batch_size)
+    return map_in_batches(one, index, batch_size)
 
 
 def loo_newton_params_closed_form(chol, terms: GLMTerms, u_full):

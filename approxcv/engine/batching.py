@@ -12,14 +12,14 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from ..optim.hessian import data_entries
+from .._batched_map import map_in_batches
 from .._compile import host_workers, jit
 from .._progress import progress_bar
 
-__all__ = ["fold_weights", "fold_indicator", "fold_points", "map_batches",
-           "heldout_batch_size", "fold_batch_size", "heldout_losses", "in_chunks"]
+__all__ = ["fold_weights", "fold_indicator", "fold_points",
+           "heldout_batch_size", "fold_batch_size", "in_chunks"]
 
 
 def fold_weights(index, n: int, dtype=jnp.float64):
@@ -30,15 +30,6 @@ def fold_weights(index, n: int, dtype=jnp.float64):
 def fold_indicator(index, n: int, dtype=jnp.float64):
     """``1 - w_o`` ``(n,)``: 1 at the fold's units, 0 elsewhere."""
     return jnp.zeros(n, dtype).at[index].set(1.0, mode="drop")
-
-
-def map_batches(fun, xs, batch_size: int | None):
-    """``vmap(fun)`` over the leading axis of the pytree ``xs``, ``batch_size`` rows at a time
-    (``lax.map``); one ``vmap`` when ``batch_size`` is ``None`` or covers all rows."""
-    n = jax.tree_util.tree_leaves(xs)[0].shape[0]
-    if batch_size is None or batch_size >= n:
-        return jax.vmap(fun)(xs)
-    return lax.map(fun, xs, batch_size=batch_size)
 
 
 def heldout_batch_size(n_units: int, data, n_folds: int) -> int:
@@ -75,7 +66,7 @@ def _heldout(heldout, params_flat, index, data, n: int, batch_size: int):
     def one(args):
         u, idx = args
         return fold_points(*heldout(u, fold_weights(idx, n), data), idx, idx, n, single)
-    return map_batches(one, (params_flat, index), batch_size)
+    return map_in_batches(one, (params_flat, index), batch_size)
 
 
 def fold_points(fold, points, idx, local, n: int, single: bool):

@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .batching import fold_batch_size, fold_weights, in_chunks, map_batches, progress_chunk
+from .batching import fold_batch_size, fold_weights, in_chunks, progress_chunk
+from .._batched_map import map_in_batches
 from .chord import chord_step, contraction_rate, extrapolate
 from .heldout import heldout_losses
 from .lanes import lanes_chord_steps, lanes_fold_losses, use_lanes
@@ -58,7 +59,7 @@ def ij_chord_steps(fun, chol, params, index, data, n: int, batch_size: int):
     def one(args):
         u, idx = args
         return chord_step(fun, chol, u, fold_weights(idx, n), data)
-    return map_batches(one, (params, index), batch_size)
+    return map_in_batches(one, (params, index), batch_size)
 
 
 @partial(jit, static_argnums=(0, 5, 7, 8, 9))
@@ -73,10 +74,10 @@ def ij_chord_steps_cg(fun, u_1, params, index, data, n: int, rtol, max_steps: in
     tols = jnp.full(params.shape[0], rtol, u_1.dtype)
 
     def step(us):
-        val, res = map_batches(
+        val, res = map_in_batches(
             lambda a: value_grad(a[0], fold_weights(a[1], n, u_1.dtype), data),
             (us, index), batch_size)
-        sol = block_conjugate_gradient(lambda v: map_batches(hvp, v, hvp_batch_size), res,
+        sol = block_conjugate_gradient(lambda v: map_in_batches(hvp, v, hvp_batch_size), res,
                                        tols, max_steps)
         return val, res, sol
     def scan_step(us, _):

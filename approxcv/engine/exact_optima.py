@@ -56,8 +56,9 @@ from functools import partial
 import jax
 import numpy as np
 
-from .batching import fold_weights, heldout_batch_size, map_batches
+from .batching import fold_weights, heldout_batch_size
 from .heldout import heldout_losses
+from .._batched_map import map_in_batches
 from .._compile import jit
 
 __all__ = ["RESTART_RTOL", "CROSS_CANDIDATES", "CROSS_ROUNDS", "OPTIMUM_GAP_NATS", "HELDOUT_RTOL",
@@ -123,7 +124,7 @@ def best_of_starts(out: dict, n_folds: int, n_starts: int, scale: float) -> dict
 
 @partial(jit, static_argnums=(0, 4))
 def _full_objective(fun, us, ones, data, batch_size):
-    return jax.lax.map(lambda u: fun(u, ones, data), us, batch_size=batch_size)
+    return map_in_batches(lambda u: fun(u, ones, data), us, batch_size)
 
 
 def full_objectives(problem, us) -> np.ndarray:
@@ -141,7 +142,7 @@ def _pair_objectives(fun, us, cols, index, data, n: int, batch_size: int):
         idx, col = args
         w = fold_weights(idx, n)
         return jax.vmap(lambda u: fun(u, w, data))(us[col])
-    return map_batches(one, (index, cols), batch_size)
+    return map_in_batches(one, (index, cols), batch_size)
 
 
 def pair_objectives(problem, us, cols, index, batch_size: int | None = None) -> np.ndarray:

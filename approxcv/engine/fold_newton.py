@@ -13,7 +13,8 @@ import jax
 
 from ..optim.hessian import hessian_by_hvp
 from ..optim.pd import jittered_cholesky
-from .batching import fold_weights, map_batches
+from .batching import fold_weights
+from .._batched_map import map_in_batches
 from .chord import chord_step
 from .derivatives import gradient
 from .._compile import jit
@@ -37,5 +38,5 @@ def newton_params(fun, u_full, index, data, n: int, batch_size: int = 16):
     """Newton-step parameters of every fold (``index``: ``(n_folds, m)`` padded left-out
     indices): ``(params (n_folds, D), min_eig, jitter, reliable, chord_step, chord_rate)``,
     each per fold."""
-    return map_batches(lambda idx: newton_step(fun, u_full, fold_weights(idx, n), data),
+    return map_in_batches(lambda idx: newton_step(fun, u_full, fold_weights(idx, n), data),
                        index, batch_size)

@@ -35,7 +35,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .batching import fold_indicator, fold_weights, map_batches
+from .batching import fold_indicator, fold_weights
+from .._batched_map import map_in_batches
 from .chord import contraction_rate, extrapolate
 from .._compile import jit
 
@@ -240,12 +241,12 @@ def ij_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: int = 
     grad_u = jax.grad(fun, argnums=0)
     grad, dir_w = jax.linearize(lambda w: grad_u(u_full, w, data), ones)
     _, hvp = jax.linearize(lambda u: grad_u(u, ones, data), u_full)
-    rhs = map_batches(lambda idx: dir_w(fold_indicator(idx, n, u_full.dtype)), index,
+    rhs = map_in_batches(lambda idx: dir_w(fold_indicator(idx, n, u_full.dtype)), index,
                       batch_size)
     solver = block_conjugate_gradient if block else conjugate_gradient
     tols = jnp.full(rhs.shape[0] + 1, rtol, u_full.dtype)
     tols = tols.at[-1].set(rtol if newton_rtol is None else newton_rtol)
-    sol = solver(lambda v: map_batches(hvp, v, hvp_batch_size),
+    sol = solver(lambda v: map_in_batches(hvp, v, hvp_batch_size),
                  jnp.concatenate([rhs, grad[None]]), tols, max_steps)
     return u_full[None, :] + sol.x[:-1], grad, sol.x[-1], sol
 
@@ -283,4 +284,4 @@ def newton_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: in
         correction = jnp.where(solved, extrapolate(s1.x[0], s2.x[0], rho), jnp.nan)
         return u_ns, jax.tree_util.tree_map(lambda a: a[0], sol), correction, rho
 
-    return map_batches(one, index, batch_size)
+    return map_in_batches(one, index, batch_size)

@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._compile import jit
-from .batching import fold_points, in_chunks, map_batches, progress_chunk
+from .batching import fold_points, in_chunks, progress_chunk
+from .._batched_map import map_in_batches
 from .chord import chord_step
 
 __all__ = ["use_windows", "fold_spans", "windowed_heldout_losses", "use_taylor_chord_steps",
@@ -81,7 +82,7 @@ def _window_pass(heldout, params, index, starts, context, data, n: int, length: 
         local = idx - start                     # padding lands beyond the window
         return fold_points(*heldout(u, start, _window_weights(local, length, u.dtype),
                                     context, data), idx, local, n, single)
-    return map_batches(one, (params, index, starts), batch_size)
+    return map_in_batches(one, (params, index, starts), batch_size)
 
 
 def _window_weights(local, length: int, dtype):
@@ -223,7 +224,7 @@ def _taylor_chord_steps(heldout, chol, u1, terms, params, index, starts, context
                                                                      d) / 6.0
             return taylor - heldout(v, start, w, context, data)[0]
         return chord_step(fold_objective, chol, u, w, data)
-    return map_batches(one, (params, index, starts), batch_size)
+    return map_in_batches(one, (params, index, starts), batch_size)
 
 
 def use_taylor_chord_steps(problem, index) -> bool:

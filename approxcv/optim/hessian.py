@@ -4,7 +4,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+
+from .._batched_map import map_in_batches
 
 
 def data_entries(tree) -> int:
@@ -72,4 +73,4 @@ def hessian_by_hvp(fun, u, *args, chunk: int | None = None):
     """
     chunk = tangent_chunk(args) if chunk is None else chunk
     _, hvp = jax.linearize(lambda x: jax.grad(fun)(x, *args), u)
-    return lax.map(hvp, jnp.eye(u.shape[0], dtype=u.dtype), batch_size=min(chunk, u.shape[0]))
+    return map_in_batches(hvp, jnp.eye(u.shape[0], dtype=u.dtype), min(chunk, u.shape[0]))

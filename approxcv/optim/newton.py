@@ -19,6 +19,7 @@ from jax import lax
 
 from .hessian import hessian_by_hvp, sweep_chunk
 from .quasi_newton import GTOL, MinimizeResult, over_rows
+from .._batched_map import map_in_batches
 from .._compile import host_workers, jit
 
 #: largest ``D x n`` for which :func:`newton_polish` asks for ``J`` too (32 MB): the
@@ -59,8 +60,7 @@ def _tangent_columns(fun, u, w, data, with_jacobian: bool, tangents, chunk=None)
         return jax.grad(fun, argnums=(0, 1) if with_jacobian else 0)(x, w, data)
 
     g, lin = jax.linearize(grads, u)
-    cols = jax.vmap(lin)(tangents) if chunk is None else lax.map(lin, tangents,
-                                                                  batch_size=chunk)
+    cols = map_in_batches(lin, tangents, chunk)
     return fun(u, w, data), g, cols
 
 

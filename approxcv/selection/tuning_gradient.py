@@ -40,7 +40,7 @@ import numpy as np
 from .._compile import jit
 from .._validate import check_choice
 from ..engine import aloo
-from ..engine.batching import map_batches
+from .._batched_map import map_in_batches
 from ..errors import NotPositiveDefiniteError
 from ..optim.newton import newton_minimize
 from ..optim.pd import jittered_cholesky
@@ -124,7 +124,7 @@ def _acv_and_gradient(u, lam, design, y, aux, subset, loss_fn, penalty_fn, gradi
         return _implicit(u, lam, design, y, aux, subset, loss_fn, penalty_fn)
     terms, hess = _hessian(u, lam, design, y, aux, loss_fn, penalty_fn)
     chol, reliable = _factor(hess)
-    losses, grads, ok = map_batches(
+    losses, grads, ok = map_in_batches(
         lambda i: _per_sample(i, u, lam, design, y, aux, chol, terms, loss_fn, penalty_fn,
                               gradient == "seed"), subset, batch_size)
     return jnp.mean(losses), jnp.mean(grads, axis=0), reliable & jnp.all(ok)

@@ -29,7 +29,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...optim.pd import factor_hessian, solve
-from ..batching import map_batches
+from ..._batched_map import map_in_batches
 from ..derivatives import full_derivatives
 from ..aloo import glm_jacobian
 from ..diagnostics import cg_diagnostics, fit_diagnostics
@@ -57,7 +57,7 @@ def ij_params(chol, jac, u_full, batch_size, index):
     """
     def direction(idx):
         return jnp.sum(jac.at[:, idx].get(mode="fill", fill_value=0.0), axis=1)
-    rhs = map_batches(direction, index, batch_size)
+    rhs = map_in_batches(direction, index, batch_size)
     return (u_full[None, :] + jax.scipy.linalg.cho_solve((chol, True), rhs.T).T,
             jnp.linalg.norm(rhs, axis=1))
 

@@ -62,4 +62,4 @@ def ns(problem, folds, options):
 
 
 register_method("ns", with_fold_check(ns))
-__all__ = ["ns", "newton_params", "newton_step"]
+__all__ = ["ns", "newton_params"]

@@ -22,10 +22,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from ...errors import InvalidArgumentError
 from .base import ERM, check_lam, design_matrix
+from ..._batched_map import map_in_batches
 from ..._compile import jit
 
 __all__ = ["ElasticNetParams", "ElasticNetOnSupport", "support_penalty",
@@ -73,7 +73,7 @@ def support_changes(design, y, u_full, fold_params, index, lam1, p: int):
         enters = (s_full == 0) & (s == 0) & (score > tol)
         return jnp.any(s != s_full), jnp.any(enters)
 
-    return lax.map(one, (fold_params, index), batch_size=64)
+    return map_in_batches(one, (fold_params, index), 64)
 
 
 class ElasticNetOnSupport(ERM):
