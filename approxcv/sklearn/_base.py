@@ -22,7 +22,8 @@ from ..folds import leave_one_out
 from ._models import WEIGHTED_MODELS, pack_response
 from ._penalty_search import search_penalty
 
-__all__ = ["default_grid", "check_groups", "padded_rows", "fit_glm", "ALOFit", "_ALOLinear"]
+__all__ = ["default_grid", "check_groups", "padded_rows", "padded_columns", "fit_glm", "ALOFit",
+           "_ALOLinear"]
 
 #: default grid of ``lam / sum(sample_weight)`` (standardised features: ``X^T X ~ n I``)
 GRID_PER_SAMPLE = np.logspace(-6, 2, 9)
@@ -48,15 +49,24 @@ def check_groups(penalty_groups, n_features: int):
 
 class ALOFit:
     """One ALOOCV-tuned fit: ``lam`` ``(m,)``, flat ``u``, ``acv``, ``path``, and
-    ``cv_result`` (leave-one-out by ``"ns"`` at ``lam``, computed at its first access)."""
+    ``cv_result`` (leave-one-out by ``"ns"`` at ``lam``, computed at its first access).
 
-    def __init__(self, search, data, fit_intercept: bool, fit_data=None):
+    ``fit_data``: the (padded, :func:`fit_glm`) data the search ran on; the fit at ``lam``
+    is made on them and the coefficients of padded feature columns (zero) are dropped, so
+    ``u``, ``coef`` and ``cv_result`` are those of the model on ``data`` with ``groups``."""
+
+    def __init__(self, search, data, fit_intercept: bool, fit_data=None, groups=None):
         self.lam, self.acv, self.path = search.lam, search.acv, search.path
         self.refined = search.refined
         model = search.model
         fit_data = data if fit_data is None else fit_data
-        self.u = np.asarray(model.fit_flat(model.prepare(fit_data)[0],
-                                           model.lam_vector())[0])
+        u = np.asarray(model.fit_flat(model.prepare(fit_data)[0], model.lam_vector())[0])
+        p, p_fit = np.shape(data[0])[1], np.shape(fit_data[0])[1]
+        if p_fit != p:                    # padded feature columns: their coefficients are 0
+            u = np.concatenate([u[:p], u[p_fit:]])
+            model = type(model)(model.lam, groups, fit_intercept=fit_intercept,
+                                max_steps=model.max_steps)
+        self.u = u
         params = model.flat_to_params(self.u)
         self._model, self._data, self._params, self._cv = model, data, params, None
         self.coef = np.asarray(params[0])
@@ -77,24 +87,43 @@ def padded_rows(n: int) -> int:
     return max(16, 1 << (int(n) - 1).bit_length())
 
 
+#: feature counts up to this are padded (:func:`padded_columns`); above it a program's
+#: compilation is small beside its run, and padding would add up to twice the work
+MAX_PADDED_COLUMNS = 64
+
+
+def padded_columns(p: int) -> int:
+    """Feature columns after padding: 8, 16, 32 or 64 (the next power of two, at least 8)
+    for ``p <= MAX_PADDED_COLUMNS``, else ``p``: fits on nearby feature counts (a
+    pipeline's feature selection, scikit-learn's checks) share compiled programs."""
+    if p > MAX_PADDED_COLUMNS:
+        return int(p)
+    return max(8, 1 << (int(p) - 1).bit_length())
+
+
 def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps) -> ALOFit:
     """Tune and fit a sample-weighted GLM (``family`` of :data:`WEIGHTED_MODELS`).
 
     The search runs on the data padded to :func:`padded_rows` rows with sample weight 0
-    (response 0): they add nothing to the objective or to the sum of leave-one-out losses,
-    whose mean is rescaled by ``n_padded / n``. The chosen fit and its ``cv_result`` use
-    the data as given."""
+    (response 0) and to :func:`padded_columns` feature columns of zeros (in group 0). The
+    padded rows add nothing to the objective or to the sum of leave-one-out losses, whose
+    mean is rescaled by ``n_padded / n``; a zero column's coefficient is 0 at every
+    penalty (its gradient is ``lam theta_j``) and adds nothing to any prediction or
+    leverage. So the search's ALOOCV and fit are those of the data as given, and the
+    padded shapes let fits on nearby sizes share their compiled programs. The chosen fit's
+    coefficients and its ``cv_result`` are those of the data as given."""
     m = 1 if groups is None else max(groups) + 1
     lam0 = 1.0 if groups is None else tuple(np.ones(m))
-    model = WEIGHTED_MODELS[family](lam0, groups, fit_intercept=fit_intercept)
-    n, n_pad = X.shape[0], padded_rows(X.shape[0])
-    data = (X, pack_response(y, sw))
-    padded = (np.concatenate([X, np.zeros((n_pad - n, X.shape[1]))]),
-              np.concatenate([data[1], np.zeros((n_pad - n, 2))]))
+    (n, p), data = X.shape, (X, pack_response(y, sw))
+    n_pad, p_pad = padded_rows(n), padded_columns(p)
+    padded = (np.zeros((n_pad, p_pad)), np.zeros((n_pad, 2)))
+    padded[0][:n, :p], padded[1][:n] = X, data[1]
+    padded_groups = None if groups is None else tuple(groups) + (0,) * (p_pad - p)
+    model = WEIGHTED_MODELS[family](lam0, padded_groups, fit_intercept=fit_intercept)
     search = search_penalty(model, padded, np.asarray(grid, np.float64), m, newton_steps)
     search.acv *= n_pad / n
     search.path["acv"] *= n_pad / n
-    return ALOFit(search, data, fit_intercept, padded)
+    return ALOFit(search, data, fit_intercept, padded, groups)
 
 
 class _ALOLinear(BaseEstimator):
