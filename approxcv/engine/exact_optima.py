@@ -127,12 +127,26 @@ def _full_objective(fun, us, ones, data, batch_size):
     return map_in_batches(lambda u: fun(u, ones, data), us, batch_size)
 
 
+#: :func:`full_objectives` evaluates at least this many rows (a power of two): the fit
+#: alone and the refits of up to this many folds share one compiled program
+MIN_OBJECTIVE_ROWS = 8
+
+
 def full_objectives(problem, us) -> np.ndarray:
-    """``F(u_j, 1)`` at every row of ``us (k, D)``."""
+    """``F(u_j, 1)`` at every row of ``us (k, D)``. The rows are padded (repeating the last)
+    to the next power of two, at least :data:`MIN_OBJECTIVE_ROWS`, so the evaluation at the
+    fit and at every fold's refit are one compiled program for small fold counts, and a few
+    for large ones."""
+    us = np.asarray(us, np.float64)
+    k = len(us)
+    if k == 0:
+        return np.zeros(0)
+    rows = max(MIN_OBJECTIVE_ROWS, 1 << (k - 1).bit_length())
+    padded = np.concatenate([us, np.repeat(us[-1:], rows - k, axis=0)])
     ones = jax.numpy.ones(problem.n_units)
-    batch = heldout_batch_size(problem.n_units, problem.data, len(us))
-    return np.asarray(_full_objective(problem.fun, jax.numpy.asarray(us), ones, problem.data,
-                                      batch))
+    batch = heldout_batch_size(problem.n_units, problem.data, rows)
+    return np.asarray(_full_objective(problem.fun, jax.numpy.asarray(padded), ones,
+                                      problem.data, batch))[:k]
 
 
 @partial(jit, static_argnums=(0, 5, 6))

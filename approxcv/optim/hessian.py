@@ -1,4 +1,6 @@
-"""Dense Hessians from chunked Hessian-vector products (memory: ``chunk`` tangents, not ``D``)."""
+"""Dense Hessians: from chunked Hessian-vector products (memory: ``chunk`` tangents, not
+``D``), or from forward differences of the exact gradient (:func:`value_grad_fd_hessian`, the
+optimisers' Newton steps: a much smaller program)."""
 from __future__ import annotations
 
 import jax
@@ -74,3 +76,27 @@ def hessian_by_hvp(fun, u, *args, chunk: int | None = None):
     chunk = tangent_chunk(args) if chunk is None else chunk
     _, hvp = jax.linearize(lambda x: jax.grad(fun)(x, *args), u)
     return map_in_batches(hvp, jnp.eye(u.shape[0], dtype=u.dtype), min(chunk, u.shape[0]))
+
+
+#: relative step of :func:`value_grad_fd_hessian`: ``h_j = FD_STEP (1 + |u_j|)``
+FD_STEP = 1e-6
+
+
+def value_grad_fd_hessian(value_and_grad, u, args, batch: int):
+    """``(F(u), g(u), H)`` with ``H e_j = (g(u + h_j e_j) - g(u)) / h_j`` symmetrised
+    (``h_j = FD_STEP (1 + |u_j|)``), from ``value_and_grad(x, args) -> (F, g)`` at ``u`` and
+    its ``D`` displaced points, ``batch`` points at a time (one batched map: the program
+    holds one copy of the gradient).
+
+    For the optimisers' Newton steps, where a program with Hessian-vector products
+    (forward-over-reverse through the model's scans) compiled about four times slower
+    (TimeVaryingPoisson exact refits, ``D`` = 18: 3.75 s against 0.95 s without the
+    polish): the Hessian's ``O(h)`` error only turns quadratic convergence into linear
+    convergence with rate about ``1e-6``; acceptance is judged on the exact ``F`` and ``g``,
+    and the derivatives the IJ and NS use are exact (:func:`hessian_by_hvp`)."""
+    h = FD_STEP * (1.0 + jnp.abs(u))
+    points = jnp.concatenate([u[None], u[None] + jnp.diag(h)])
+    values, grads = map_in_batches(lambda x: value_and_grad(x, args), points,
+                                   max(1, min(int(batch), u.shape[0] + 1)))
+    hess = (grads[1:] - grads[0][None]) / h[:, None]
+    return values[0], grads[0], 0.5 * (hess + hess.T)

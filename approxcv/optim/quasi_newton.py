@@ -13,10 +13,11 @@ start whose line search has shrunk the step below round-off stops instead of idl
 importing it nothing (optimistix, equinox and lineax took about 0.5 s to import): every fit
 and every exact-CV refit of a new model configuration in a fresh process pays both.
 
-For small ``D`` a few exact Newton steps — each accepted only if the Hessian is positive
-definite and the objective does not increase or the gradient norm halves — bring the
-gradient to round-off level, which is what the IJ and exact CV need to be compared at the
-1e-6 level. Everything is pure and ``jit``/``vmap`` compatible.
+For small ``D`` a few Newton steps — on a forward-difference Hessian of the exact gradient
+(a much smaller program than Hessian-vector products), each accepted only if the Hessian is
+positive definite and the objective does not increase or the gradient norm halves — bring
+the gradient to round-off level, which is what the IJ and exact CV need to be compared at
+the 1e-6 level. Everything is pure and ``jit``/``vmap`` compatible.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .hessian import hessian_by_hvp, tangent_chunk
+from .hessian import hessian_by_hvp, tangent_chunk, value_grad_fd_hessian
 from .._compile import jit
 
 #: L-BFGS history length (optimistix's default)
@@ -152,17 +153,31 @@ def _init_state(u0, limited: bool) -> _State:
                   jnp.ones((), dtype), jnp.asarray(True), jnp.asarray(False))
 
 
-def _newton_polish(fun, u, f, g, args, num_steps: int, chunk: int | None = None):
+def _newton_polish(fun, u, f, g, args, num_steps: int, chunk: int | None = None,
+                   hessian: str = "hvp"):
     """Up to ``num_steps`` safeguarded Newton steps on ``fun(u, args)`` from ``u`` (one
-    start), where ``f, g`` are ``fun`` and its gradient at ``u``; returns the new triple.
-    ``chunk``: Hessian-vector products at a time (default: sized by ``args``; pass it when
-    ``fun`` closes over the data, which ``args`` then does not show)."""
+    start), where ``f, g`` are ``fun`` and its gradient at ``u``; returns the new triple. A
+    step is kept only if the objective does not rise or the gradient norm halves (next to
+    the minimum ``F`` changes by less than its round-off, so the objective alone would
+    reject the steps that matter most).
+
+    ``hessian``: ``"hvp"``, the exact Hessian from ``D`` Hessian-vector products; or
+    ``"fd"``, forward differences of the exact gradient
+    (:func:`~approxcv.optim.hessian.value_grad_fd_hessian`) for well-scaled (whitened)
+    coordinates: each pass evaluates ``F`` and ``g`` at the candidate and its ``D``
+    displaced points in one batched map, whose values also give the next step's Hessian,
+    so the program holds one more copy of the gradient and no Hessian-vector products
+    (forward-over-reverse through the model's scans; the exact refits' program compiled
+    about twice as fast). In badly scaled coordinates (Hessian diagonals over 20 orders of
+    magnitude, an ARHMM on data in units 1e7 apart) differences are too inexact: the fit's
+    polish keeps ``"hvp"``. ``chunk``: tangents or points at a time (default: sized by
+    ``args``; pass it when ``fun`` closes over data, which ``args`` then does not show)."""
     value_and_grad = jax.value_and_grad(fun)
+    if hessian == "fd":
+        return _fd_newton_polish(value_and_grad, u, f, g, args, num_steps,
+                                 u.shape[0] + 1 if chunk is None else chunk)
 
     def _newton(carry, _):
-        """One Newton step, kept only if H is PD and the objective does not rise or the
-        gradient norm halves (next to the minimum, F changes by less than its round-off,
-        so the objective alone would reject the steps that matter most)."""
         u, f, g = carry
         h = hessian_by_hvp(fun, u, args, chunk=chunk)
         chol = jnp.linalg.cholesky(0.5 * (h + h.T))
@@ -174,6 +189,28 @@ def _newton_polish(fun, u, f, g, args, num_steps: int, chunk: int | None = None)
                      zip((u_new, f_new, g_new), carry)), None
 
     (u, f, g), _ = lax.scan(_newton, (u, f, g), None, length=num_steps)
+    return u, f, g
+
+
+def _fd_newton_polish(value_and_grad, u, f, g, args, num_steps: int, batch: int):
+    """:func:`_newton_polish` with ``hessian="fd"``: the first pass evaluates the Hessian
+    at ``u`` (candidate ``u`` itself); each later one tries the Newton step from the kept
+    point and evaluates ``F``, ``g`` and the next Hessian there (one copy of the gradient
+    in the program)."""
+    def _newton(carry, first):
+        u, f, g, hess = carry
+        chol = jnp.linalg.cholesky(hess)
+        cand = jnp.where(first, u, u - jax.scipy.linalg.cho_solve((chol, True), g))
+        f_new, g_new, h_new = value_grad_fd_hessian(value_and_grad, cand, args, batch)
+        ok = first | (jnp.all(jnp.isfinite(cand)) & jnp.isfinite(f_new)
+                      & ((f_new <= f) | (jnp.linalg.norm(g_new) < 0.5 * jnp.linalg.norm(g))))
+        keep_f = jnp.where(first, f, f_new)      # the first pass only adds the Hessian
+        keep_g = jnp.where(first, g, g_new)
+        return tuple(jnp.where(ok, new, old) for new, old in
+                     zip((cand, keep_f, keep_g, h_new), carry)), None
+
+    firsts = jnp.arange(num_steps + 1) == 0
+    (u, f, g, _), _ = lax.scan(_newton, (u, f, g, jnp.eye(u.shape[0], dtype=u.dtype)), firsts)
     return u, f, g
 
 
@@ -203,13 +240,13 @@ def over_rows(fn, rows: str = "vmap"):
 
 
 def _minimize_batch(fun, u0s, args, *, max_steps, rtol, atol, scale, newton_steps, gtol,
-                    method, rows: str = "vmap", closed_over=None):
+                    method, rows: str = "vmap", closed_over=None, hessian: str = "hvp"):
     """:func:`minimize` of ``fun(u, args_i)`` from every row of ``u0s (b, D)``, with
     ``args`` batched along its leading axis (``None``: no arguments); the objective of
     the rows is evaluated by :func:`over_rows`. ``closed_over``: the data ``fun`` closes
-    over, which sizes the Newton polish's chunks of Hessian-vector products (one row of
-    ``args`` and it: a CRF refit on 14,041 sentences sized by its weights alone took 128
-    tangents at once and asked for 30 GB)."""
+    over, which sizes the Newton polish's batches of gradients (one row of ``args`` and it:
+    a CRF refit on 14,041 sentences sized by its weights alone took 128 tangents at once
+    and asked for 30 GB)."""
     limited = method == "lbfgs"
     if limited:
         newton_steps = 0
@@ -249,8 +286,9 @@ def _minimize_batch(fun, u0s, args, *, max_steps, rtol, atol, scale, newton_step
     if newton_steps:
         row = None if args is None else jax.tree_util.tree_map(lambda a: a[0], args)
         chunk = tangent_chunk((row, closed_over))
-        u, value, grad = over_rows(lambda *a: _newton_polish(fun, *a, newton_steps, chunk),
-                                   rows)(u, value, grad, args)
+        u, value, grad = over_rows(
+            lambda *a: _newton_polish(fun, *a, newton_steps, chunk, hessian), rows)(
+                u, value, grad, args)
     grad_norm = jnp.linalg.norm(grad, axis=-1)
     converged = ((stopped | (grad_norm <= gtol * scale)) & jnp.isfinite(value)
                  & jnp.all(jnp.isfinite(u), -1))
@@ -291,7 +329,7 @@ def minimize(fun, u0, args=None, *, max_steps: int = 1000, rtol: float = 1e-10,
 
 @functools.lru_cache(maxsize=64)
 def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int,
-                     method: str = "bfgs", rows: str = "vmap"):
+                     method: str = "bfgs", rows: str = "vmap", hessian: str = "hvp"):
     """:func:`minimize` over a batch of starting points and weights for ``fun(u, w, data)``.
 
     Returns ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult`` with a leading
@@ -299,11 +337,12 @@ def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int,
     test; built (and compiled) once per objective, settings and batch shape. Used both by
     model fits (several starts, unit weights) and by exact CV (one warm start, many folds).
     ``rows``: how the rows' objectives are evaluated (:func:`over_rows`; a model's
-    ``batch_rows``).
+    ``batch_rows``). ``hessian``: the Newton polish's Hessian, ``"hvp"`` or ``"fd"``
+    (:func:`_newton_polish`; ``"fd"`` for whitened coordinates, as exact refits use).
     """
     def solve(u0s, weights, data):
         return _minimize_batch(lambda u, w: fun(u, w, data), u0s, weights,
                                max_steps=max_steps, rtol=1e-10, atol=1e-10, scale=scale,
                                newton_steps=newton_steps, gtol=GTOL, method=method,
-                               rows=rows, closed_over=data)
+                               rows=rows, closed_over=data, hessian=hessian)
     return jit(solve)

@@ -52,15 +52,20 @@ class ALOFit:
     ``cv_result`` (leave-one-out by ``"ns"`` at ``lam``, computed at its first access).
 
     ``fit_data``: the (padded, :func:`fit_glm`) data the search ran on; the fit at ``lam``
-    is made on them and the coefficients of padded feature columns (zero) are dropped, so
-    ``u``, ``coef`` and ``cv_result`` are those of the model on ``data`` with ``groups``."""
+    is the search's own (``search.u``, the fit its ALOOCV was computed at; the model's
+    ``fit_flat`` only where that is not finite), and the coefficients of padded feature
+    columns (zero) are dropped, so ``u``, ``coef`` and ``cv_result`` are those of the model
+    on ``data`` with ``groups``."""
 
     def __init__(self, search, data, fit_intercept: bool, fit_data=None, groups=None):
         self.lam, self.acv, self.path = search.lam, search.acv, search.path
         self.refined = search.refined
         model = search.model
         fit_data = data if fit_data is None else fit_data
-        u = np.asarray(model.fit_flat(model.prepare(fit_data)[0], model.lam_vector())[0])
+        if search.u is not None and np.all(np.isfinite(search.u)):
+            u = np.asarray(search.u, np.float64)
+        else:                                 # no converged grid fit: the model's own fit
+            u = np.asarray(model.fit_flat(model.prepare(fit_data)[0], model.lam_vector())[0])
         p, p_fit = np.shape(data[0])[1], np.shape(fit_data[0])[1]
         if p_fit != p:                    # padded feature columns: their coefficients are 0
             u = np.concatenate([u[:p], u[p_fit:]])

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..errors import ApproxCVError, ApproxCVWarning
+from ..errors import ApproxCVError, ApproxCVWarning, ConvergenceWarning
 from ._tuning import grid_aloocv, tune_regularization
 
 __all__ = ["PenaltySearch", "search_penalty"]
@@ -31,8 +31,11 @@ class PenaltySearch:
 
     lam: ``(m,)`` chosen weights; acv: ALOOCV there; path: DataFrame (``lam`` or
     ``lam_0..``, ``acv``, ``stage`` = ``"grid"``/``"newton"``); refined: the Newton stage was
-    kept; params: the flat fit at ``lam``; model: the model at ``lam``; tune: the
-    :class:`~approxcv.selection.tuning.TuneResult` of the Newton stage (``None`` if not run or not kept).
+    kept; model: the model at ``lam``; tune: the
+    :class:`~approxcv.selection.tuning.TuneResult` of the Newton stage (``None`` if not run
+    or not kept); u: the flat fit at ``lam`` on the searched data, the one ALOOCV was
+    computed at (the grid's Newton fit, or the Newton stage's), so the estimator needs no
+    refit.
     """
     lam: np.ndarray
     acv: float
@@ -40,27 +43,39 @@ class PenaltySearch:
     refined: bool
     model: object
     tune: object
+    u: np.ndarray
 
 
 def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltySearch:
     """Grid over one common weight (``grid`` ``(k,)``, positive), then Newton in all
     ``n_weights`` weights from the best grid point (``max_iter`` steps; 0: grid only)."""
     lams = np.repeat(np.asarray(grid, np.float64)[:, None], n_weights, axis=1)
-    _, acv = grid_aloocv(model, data, lams)        # the whole grid: one compiled program
+    u_grid, acv = grid_aloocv(model, data, lams)   # the whole grid: one compiled program
     rows = [{"lam": float(lam), "acv": float(a), "stage": "grid"} for lam, a in zip(grid, acv)]
     path = pd.DataFrame(rows)
     best = int(np.argmin(path["acv"].to_numpy()))
     lam_best, acv_best = np.full(n_weights, grid[best]), float(path["acv"].iloc[best])
+    # the grid's fit at the best point (None where no grid fit converged: the estimator
+    # then fits at the chosen weights itself)
+    u_best = np.asarray(u_grid[best]) if np.isfinite(acv_best) else None
     tune, refined = None, False
     if max_iter > 0 and np.isfinite(acv_best):
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ApproxCVWarning)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ApproxCVWarning)
                 out = tune_regularization(model, data, lam_best, algorithm="newton",
                                           max_iter=max_iter, warn=False)
+            for w in caught:            # only approxcv's own warnings are the search's
+                if not issubclass(w.category, ApproxCVWarning):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             if np.isfinite(out.best_acv) and out.best_acv <= acv_best:
                 tune, refined = out, True
                 lam_best, acv_best = np.asarray(out.best_lam, np.float64), float(out.best_acv)
+                # a refit on the path that missed its tolerance: the estimator refits
+                converged = not any(issubclass(w.category, ConvergenceWarning)
+                                    for w in caught)
+                u_best = (np.asarray(model.params_to_flat(out.best_params)) if converged
+                          else None)
         except ApproxCVError:
             pass
     if refined:
@@ -70,4 +85,4 @@ def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltyS
             new[c] = tune.path[c].to_numpy()
         path = pd.concat([path, new], ignore_index=True)
     return PenaltySearch(lam_best, acv_best, path, refined,
-                         model.with_lam(lam_best), tune)
+                         model.with_lam(lam_best), tune, u_best)

@@ -114,11 +114,16 @@ class RefitBatch:
         if self.solver == "model":
             return self.refit
         fun = self.fun if self.precondition is None else preconditioned(self.fun)
+        # whitened coordinates (H ~ I at the fit) are well scaled: Newton steps take the
+        # forward-difference Hessian of the exact gradient, a program that compiles two to
+        # three times faster than one with Hessian-vector products (optim.hessian)
+        hessian = "hvp" if self.precondition is None else "fd"
         if self.solver == "newton":
-            return batched_newton_minimize(fun, self.scale, self.max_steps, self.rows)
+            return batched_newton_minimize(fun, self.scale, self.max_steps, self.rows,
+                                           hessian)
         return batched_minimize(fun, self.scale, self.max_steps,
                                 0 if self.solver == "lbfgs" else self.newton_steps, self.solver,
-                                self.rows)
+                                self.rows, hessian)
 
     def __call__(self, u0s, weights, data):
         size = len(weights)
