@@ -4,12 +4,16 @@ import numpy as np
 import pytest
 
 from approxcv.selection.tuning_gradient import grid_aloocv
-from approxcv.sklearn._base import fit_glm, padded_columns
+from approxcv.sklearn._base import fit_glm, padded_columns, padded_rows
 from approxcv.sklearn._models import WeightedLogistic, pack_response
 
 
-def test_padded_columns_buckets():
+def test_padded_columns_and_rows_buckets():
     assert [padded_columns(p) for p in (1, 8, 9, 30, 64, 65)] == [8, 8, 16, 32, 64, 65]
+    assert ([padded_rows(n) for n in (1, 17, 64, 65, 100, 569, 640, 641, 1025)]
+            == [16, 32, 64, 80, 112, 640, 640, 768, 1280])
+    for n in range(65, 5000):       # at most 25 % more rows above 64
+        assert n <= padded_rows(n) <= 1.25 * n
 
 
 @pytest.mark.parametrize("groups", [None, (0, 1, 1)])
