@@ -13,11 +13,12 @@ start whose line search has shrunk the step below round-off stops instead of idl
 importing it nothing (optimistix, equinox and lineax took about 0.5 s to import): every fit
 and every exact-CV refit of a new model configuration in a fresh process pays both.
 
-For small ``D`` a few Newton steps — on a forward-difference Hessian of the exact gradient
-(a much smaller program than Hessian-vector products), each accepted only if the Hessian is
-positive definite and the objective does not increase or the gradient norm halves — bring
-the gradient to round-off level, which is what the IJ and exact CV need to be compared at
-the 1e-6 level. Everything is pure and ``jit``/``vmap`` compatible.
+For small ``D`` a few Newton steps — on the exact Hessian (fits), or on a forward-difference
+Hessian of the exact gradient in the whitened coordinates of exact refits (a much smaller
+program), each accepted only if the Hessian is positive definite and the objective does not
+increase or the gradient norm halves — bring the gradient to round-off level, which is what
+the IJ and exact CV need to be compared at the 1e-6 level. Everything is pure and
+``jit``/``vmap`` compatible.
 """
 from __future__ import annotations
 
