@@ -97,7 +97,7 @@ def _compiled_parts(model, chunk: int):
             """``e^T (d2/dtheta2 sum_i group_scl) e`` for every group, ``(G,)``."""
             grad = jax.jacrev(lambda th: jnp.sum(group_scl(th), axis=0))
             return jax.jvp(grad, (theta,), (e,))[1] @ e
-        diag = map_in_batches(curvature, basis, chunk)                           # (D, G)
+        diag = map_in_batches(curvature, basis, chunk)                        # (D, G)
         return -diag.T / zg.shape[0], s
     return jit(parts)
 

@@ -39,4 +39,4 @@ def newton_params(fun, u_full, index, data, n: int, batch_size: int = 16):
     indices): ``(params (n_folds, D), min_eig, jitter, reliable, chord_step, chord_rate)``,
     each per fold."""
     return map_in_batches(lambda idx: newton_step(fun, u_full, fold_weights(idx, n), data),
-                       index, batch_size)
+                          index, batch_size)

@@ -242,7 +242,7 @@ def ij_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: int = 
     grad, dir_w = jax.linearize(lambda w: grad_u(u_full, w, data), ones)
     _, hvp = jax.linearize(lambda u: grad_u(u, ones, data), u_full)
     rhs = map_in_batches(lambda idx: dir_w(fold_indicator(idx, n, u_full.dtype)), index,
-                      batch_size)
+                         batch_size)
     solver = block_conjugate_gradient if block else conjugate_gradient
     tols = jnp.full(rhs.shape[0] + 1, rtol, u_full.dtype)
     tols = tols.at[-1].set(rtol if newton_rtol is None else newton_rtol)
@@ -267,6 +267,7 @@ def newton_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: in
         with ``refine=False`` only ``(params, CGResult)``.
     """
     grad_u = jax.grad(fun, argnums=0)
+    value_grad = jax.value_and_grad(fun)
 
     def one(idx):
         w = fold_weights(idx, n, u_full.dtype)
@@ -275,13 +276,15 @@ def newton_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: in
         u_ns = u_full - sol.x[0]
         if not refine:
             return u_ns, jax.tree_util.tree_map(lambda a: a[0], sol)
-        value, r1 = jax.value_and_grad(fun)(u_ns, w, data)
-        s1 = conjugate_gradient(jax.vmap(hvp), r1[None], rtol, max_steps)
-        r2 = grad_u(u_ns - s1.x[0], w, data)
-        s2 = conjugate_gradient(jax.vmap(hvp), r2[None], rtol, max_steps)
-        rho = contraction_rate(jnp.dot(s2.x[0], r2), jnp.dot(s1.x[0], r1), value)
-        solved = s1.converged[0] & s2.converged[0]
-        correction = jnp.where(solved, extrapolate(s1.x[0], s2.x[0], rho), jnp.nan)
+        def chord(u, _):
+            value, r = value_grad(u, w, data)
+            s = conjugate_gradient(jax.vmap(hvp), r[None], rtol, max_steps)
+            return u - s.x[0], (value, r, s.x[0], s.converged[0])
+        # a rolled loop of two chord steps (as ij_chord_steps_cg): one copy of the
+        # gradient and of the CG solve in the program, not two
+        _, (value, r, d, solved) = lax.scan(chord, u_ns, None, length=2)
+        rho = contraction_rate(jnp.dot(d[1], r[1]), jnp.dot(d[0], r[0]), value[0])
+        correction = jnp.where(solved[0] & solved[1], extrapolate(d[0], d[1], rho), jnp.nan)
         return u_ns, jax.tree_util.tree_map(lambda a: a[0], sol), correction, rho
 
     return map_in_batches(one, index, batch_size)

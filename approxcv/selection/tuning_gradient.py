@@ -71,6 +71,11 @@ def penalty_hessian(penalty_fn, u, lam, aux):
     return jax.hessian(penalty_fn)(u, lam, aux)
 
 
+def _objective(u, lam, design, y, aux, loss_fn, penalty_fn):
+    """``F(u; lam) = sum_i phi(a_i^T u, y_i) + penalty(u, lam)`` of the smooth problem."""
+    return jnp.sum(loss_fn(design @ u, y)) + penalty_fn(u, lam, aux)
+
+
 def _hessian(u, lam, design, y, aux, loss_fn, penalty_fn):
     """``(terms, H)`` of the smooth problem at ``u``."""
     terms = aloo.glm_terms(loss_fn, design, y, u)
@@ -186,7 +191,7 @@ def _grid_fit_and_acv(lams, design, y, aux, loss_fn, penalty_fn, max_steps: int)
     subset = jnp.arange(n)
 
     def objective(u, lam):
-        return jnp.sum(loss_fn(design @ u, y)) + penalty_fn(u, lam, aux)
+        return _objective(u, lam, design, y, aux, loss_fn, penalty_fn)
 
     def hessian(u, lam):
         return _hessian(u, lam, design, y, aux, loss_fn, penalty_fn)[1]

@@ -33,7 +33,7 @@ from jax import lax
 
 from .._compile import jit
 from ..optim.newton import newton_minimize
-from .tuning_gradient import _acv_closed_form, _hessian
+from .tuning_gradient import _acv_closed_form, _hessian, _objective
 
 __all__ = ["NewtonTuneResult", "newton_tune", "MAX_STEP", "GTOL"]
 
@@ -130,7 +130,7 @@ def _newton_step(s, design, y, aux, gtol, *, loss_fn, penalty_fn):
     def refit(rho, u_start):
         lam = jnp.exp(rho)
         res = newton_minimize(
-            lambda v, a: jnp.sum(loss_fn(design @ v, y)) + penalty_fn(v, lam, aux),
+            lambda v, a: _objective(v, lam, design, y, aux, loss_fn, penalty_fn),
             lax.stop_gradient(u_start), max_steps=REFIT_STEPS, scale=float(n),
             hess=lambda v, a: _hessian(v, lam, design, y, aux, loss_fn, penalty_fn)[1])
         return res.u, res.converged
