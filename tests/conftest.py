@@ -8,9 +8,16 @@ import os
 # numbers, with tolerances far above the last-bit differences of unoptimised code (a
 # derivative that depended on such bits was a bug: the max-shift of the scaled forward
 # pass, now a constant to the derivatives); the benchmarks and `approxcv demo` run fully
-# optimised programs. Set before JAX initialises, so subprocesses of the tests inherit it.
+# optimised programs. And one LLVM module per program, not split for parallel code
+# generation: with two test workers on two cores the split parts only add work (the HMM
+# and engine tests: 140 -> 126 s on one core, measured side by side both ways round; one
+# fit's optimiser program 1.2 -> 1.0 s. The README example's optimised programs in a cold
+# process did not gain (IJ 6.3-7.7 s with XLA's default, 8.0-9.1 s with one module), so
+# approxcv leaves it at XLA's default). Set before JAX initialises, so subprocesses of the
+# tests inherit it.
 os.environ["XLA_FLAGS"] = " ".join(
-    filter(None, [os.environ.get("XLA_FLAGS"), "--xla_cpu_use_fusion_emitters=false"]))
+    filter(None, [os.environ.get("XLA_FLAGS"), "--xla_cpu_use_fusion_emitters=false",
+                  "--xla_cpu_parallel_codegen_split_count=1"]))
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 import jax  # noqa: E402
