@@ -11,6 +11,7 @@ from scipy import stats
 import approxcv as acv
 from approxcv import engine
 from approxcv.optim import batched_newton_minimize
+from approxcv.optim.newton import value_and_derivatives
 from approxcv.errors import InvalidArgumentError, InvalidDataError
 from approxcv.models.hmm.time_varying_poisson import (
     TimeVaryingPoisson,
@@ -112,14 +113,17 @@ def test_fit_is_stationary_and_w1_reproduces_the_objective(fitted):
     model, x, params = fitted
     obj = acv.make_problem(model, x, params)
     seqs, n = obj.data, obj.n_units
-    ones = jnp.ones(n)
-    assert float(jnp.linalg.norm(engine.gradient(obj.fun, obj.u_full, ones, seqs))) < 1e-6
-    full = float(model.objective(params, x, np.ones(n)))
-    # w = 1: both schemes are the unweighted negative log joint (forward algorithm)
-    ll = acv.inference.chain.log_normalizer(*model.log_potentials(params, seqs.x[0],
-                                                                   seqs.mask[0]))
-    assert np.isclose(full, -float(ll) - float(model.log_prior(params)), rtol=1e-12)
-    assert np.isclose(full, float(model.objective(params, x, np.ones(n), scheme="B")),
+    ones = np.ones(n)
+    # F and its gradient from the fit's compiled (F, g, H, J) sweep (its Newton polish's)
+    full, grad = value_and_derivatives(obj.fun, obj.u_full, ones, seqs, True)[:2]
+    assert float(jnp.linalg.norm(grad)) < 1e-6
+    # w = 1: both schemes are the unweighted negative log joint (forward algorithm; one
+    # jitted program, not dozens of eagerly compiled operations)
+    ll = jax.jit(lambda p, x, m: acv.inference.chain.log_normalizer(
+        *model.log_potentials(p, x, m)) + model.log_prior(p))(params, seqs.x[0], seqs.mask[0])
+    assert np.isclose(float(full), -float(ll), rtol=1e-12)
+    scheme_b = acv.make_problem(model, x, params, scheme="B")
+    assert np.isclose(float(full), float(scheme_b.fun(scheme_b.u_full, ones, seqs)),
                       rtol=1e-12)
 
 
@@ -141,7 +145,7 @@ def test_ij_error_is_second_order_in_the_fold_weight(fitted):
     model, x, params = fitted
     obj = acv.make_problem(model, x, params)
     seqs, n = obj.data, obj.n_units
-    _, H, J = engine.gradient_hessian_jacobian(obj.fun, obj.u_full, jnp.ones(n), seqs, True)
+    _, _, H, J = value_and_derivatives(obj.fun, obj.u_full, np.ones(n), seqs, True)
     refit = batched_newton_minimize(obj.fun, obj.scale, 50)
     drop = np.zeros(n)
     drop[[30, 31, 32, 100, 170]] = 1.0
