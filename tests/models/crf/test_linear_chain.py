@@ -3,6 +3,7 @@ enumeration over label paths; bad input gets named errors."""
 import itertools
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -35,7 +36,9 @@ def params_for(model, data, seed=1):
 
 def brute_log_probs(model, params, x, y):
     """log p(z | x) of every path z (by enumeration) and the paths."""
-    unary, trans, start, stop = (np.asarray(a) for a in model.scores(params, jnp.asarray(x)))
+    # one jitted program per sentence length, not dozens of eagerly compiled operations
+    unary, trans, start, stop = (np.asarray(a) for a in jax.jit(model.scores)(params,
+                                                                              jnp.asarray(x)))
     t = len(y)
     paths = np.array(list(itertools.product(range(K), repeat=t)))
     s = (start[paths[:, 0]] + unary[np.arange(t), paths].sum(1)
@@ -52,20 +55,28 @@ def test_objectives_and_heldout_equal_enumeration(start_stop):
     nll = [-brute_log_probs(model, params, x, y)[0][
         np.flatnonzero(np.all(brute_log_probs(model, params, x, y)[1] == y, axis=1))[0]]
         for x, y in data]
+    # the model's objective and held-out loss as the engine calls them (problem.fun and
+    # problem.heldout: jitted, one program each instead of dozens of eager operations)
+    at = {level: acv.make_problem(model, data, params, level=level)
+          for level in ("structure", "within")}
+
+    def objective(w, level):
+        return float(at[level].fun(at[level].u_full, jnp.asarray(w), at[level].data))
+
+    def heldout_loss(w, level):
+        return at[level].heldout(at[level].u_full, jnp.asarray(w), at[level].data)
     # structure level: weighted sum of -log p(y_n | x_n)
     w = np.linspace(0.0, 1.0, len(data))
-    np.testing.assert_allclose(model.objective(params, data, w, level="structure"),
-                               np.dot(w, nll) + prior, rtol=1e-10)
+    np.testing.assert_allclose(objective(w, "structure"), np.dot(w, nll) + prior, rtol=1e-10)
     # within: all weights 1 is the ordinary likelihood, all 0 leaves the prior
     n_tok = sum(len(y) for _, y in data)
-    np.testing.assert_allclose(model.objective(params, data, np.ones(n_tok), level="within"),
-                               sum(nll) + prior, rtol=1e-10)
-    np.testing.assert_allclose(model.objective(params, data, np.zeros(n_tok), level="within"),
-                               prior, rtol=1e-10)
+    np.testing.assert_allclose(objective(np.ones(n_tok), "within"), sum(nll) + prior,
+                               rtol=1e-10)
+    np.testing.assert_allclose(objective(np.zeros(n_tok), "within"), prior, rtol=1e-10)
     # within held-out: -log p(y_o | x, y_kept) and -log p(y_t | x, y_kept) by enumeration
     w = np.ones(n_tok)
     w[[1, 2, 4, n_tok - 1]] = 0.0
-    fold, points = model.heldout_loss(params, data, w, level="within")
+    fold, points = heldout_loss(w, "within")
     want_fold, want_points, start = 0.0, np.zeros(n_tok), 0
     for x, y in data:
         lp, paths = brute_log_probs(model, params, x, y)
@@ -81,7 +92,7 @@ def test_objectives_and_heldout_equal_enumeration(start_stop):
     # structure held-out: -log p(y_n | x_n) of the left-out sentences
     w = np.ones(len(data))
     w[[0, 3]] = 0.0
-    fold, points = model.heldout_loss(params, data, w, level="structure")
+    fold, points = heldout_loss(w, "structure")
     np.testing.assert_allclose(points, np.where(w == 0, nll, 0.0), rtol=1e-10)
 
 
@@ -98,9 +109,11 @@ def test_buckets_change_nothing_but_padding(monkeypatch):
     n_tok = sum(len(y) for _, y in data)
     w = np.random.default_rng(3).uniform(size=n_tok)
     for level, ww in (("structure", w[:8]), ("within", w)):
-        np.testing.assert_allclose(one.objective(params, data, ww, level=level),
-                                   many.objective(params, many_data, ww, level=level),
-                                   rtol=1e-12)
+        # the objectives as the engine calls them (jitted: one program per bucket layout)
+        a, b = (acv.make_problem(m, d, params, level=level)
+                for m, d in ((one, one.prepare(data)[0]), (many, many_data)))
+        np.testing.assert_allclose(float(a.fun(a.u_full, jnp.asarray(ww), a.data)),
+                                   float(b.fun(b.u_full, jnp.asarray(ww), b.data)), rtol=1e-12)
     pred = one.predict(params, [x for x, _ in data])
     lp, paths = brute_log_probs(one, params, *data[5])
     np.testing.assert_array_equal(pred[5], paths[np.argmax(lp)])
