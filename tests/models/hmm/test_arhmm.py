@@ -63,20 +63,26 @@ def test_order_zero_diag_isotropic_equals_gaussian_hmm():
                           var_scale=gauss.var_scale)
     p_a = ar.params_type(p_g[0], p_g[1], np.asarray(p_g.means)[:, :, None],
                          np.stack([np.diag(np.sqrt(v)) for v in p_g.variances]))
+    # each evaluation one jitted program (on prepared data), not dozens of eager operations
+    def objective(mdl, p, x, w, **kw):
+        prepared = mdl.prepare(x, kw.get("level"))[0]
+        return float(jax.jit(lambda q, d, v: mdl.objective(q, d, v, **kw))(p, prepared, w))
+
     w = np.ones(2)
-    np.testing.assert_allclose(float(ar.objective(p_a, xs, w, level="structure")),
-                               float(gauss.objective(p_g, xs, w, level="structure")), rtol=1e-12)
+    np.testing.assert_allclose(objective(ar, p_a, xs, w, level="structure"),
+                               objective(gauss, p_g, xs, w, level="structure"), rtol=1e-12)
     w_in = np.ones(40)
     w_in[10:15] = 0.0
     for scheme in ("A", "B"):
-        np.testing.assert_allclose(float(ar.objective(p_a, xs[0], w_in, scheme)),
-                                   float(gauss.objective(p_g, xs[0], w_in, scheme)), rtol=1e-12)
-    np.testing.assert_allclose(ar.heldout_loss(p_a, xs[0], w_in)[1],
-                               gauss.heldout_loss(p_g, xs[0], w_in)[1], rtol=1e-12)
+        np.testing.assert_allclose(objective(ar, p_a, xs[0], w_in, scheme=scheme),
+                                   objective(gauss, p_g, xs[0], w_in, scheme=scheme), rtol=1e-12)
+    heldout = [jax.jit(mdl.heldout_loss)(p, mdl.prepare(xs[0])[0], w_in)[1]
+               for mdl, p in ((ar, p_a), (gauss, p_g))]
+    np.testing.assert_allclose(heldout[0], heldout[1], rtol=1e-12)
     # same gradient in the shared coordinates (means, log variances = 2 log sqrt-variances)
-    grads = [jax.grad(lambda e: mdl.objective(mdl.params_type(*p[:2], *e), xs, w,
-                                                          level="structure"))(tuple(p[2:]))
-             for mdl, p in ((gauss, p_g), (ar, p_a))]
+    grads = [jax.jit(jax.grad(lambda e, d, mdl=mdl, p=p: mdl.objective(
+        mdl.params_type(*p[:2], *e), d, w, level="structure")))(
+        tuple(p[2:]), mdl.prepare(xs, "structure")[0]) for mdl, p in ((gauss, p_g), (ar, p_a))]
     np.testing.assert_allclose(np.asarray(grads[1][0])[:, :, 0], grads[0][0], rtol=1e-10)
 
 
@@ -156,10 +162,11 @@ def test_neural_arhmm_shapes_gradients_and_unit_weights():
     assert obj.u_full.shape == (1 + 2 + 2 * (3 * 5 + 2 * 4) + 2 * 3,)
     g = engine.gradient(obj.fun, obj.u_full, jnp.ones(n), prepared)
     assert np.all(np.isfinite(np.asarray(g)))
-    f1 = float(model.objective(params, seqs, np.ones(3), level="structure"))
-    lls = np.asarray(model.sequence_log_likelihoods(params, prepared))
-    np.testing.assert_allclose(f1, -lls.sum() - float(model.log_prior(params, prepared)),
-                               rtol=1e-12)
+    # jitted evaluations: one program each, not dozens of eagerly compiled operations
+    f1 = float(obj.fun(obj.u_full, jnp.ones(3), prepared))
+    lls, prior = jax.jit(lambda p, d: (model.sequence_log_likelihoods(p, d),
+                                       model.log_prior(p, d)))(params, prepared)
+    np.testing.assert_allclose(f1, -float(np.sum(lls)) - float(prior), rtol=1e-12)
     # means against a direct NumPy evaluation of W2 tanh(W1 s + c1) + c2
     x = seqs[0]
     s = np.concatenate([np.vstack([np.zeros((l, 2)), x[:-l]]) for l in (1, 2)], axis=1)
@@ -170,7 +177,9 @@ def test_neural_arhmm_shapes_gradients_and_unit_weights():
     np.testing.assert_allclose(means[:, k], direct, rtol=1e-12)
     # within one sequence, w = 1 gives the same objective under schemes A and B
     w = np.ones(30)
-    fa, fb = (float(model.objective(params, seqs[0], w, sc)) for sc in "AB")
+    one = model.prepare(seqs[0])[0]
+    fa, fb = (float(jax.jit(lambda p, d, sc=sc: model.objective(p, d, w, sc))(params, one))
+              for sc in "AB")
     np.testing.assert_allclose(fa, fb, rtol=1e-12)
 
 
