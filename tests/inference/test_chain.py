@@ -1,6 +1,7 @@
 """Chain kernels against brute-force enumeration over all K^T latent paths."""
 import itertools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -49,7 +50,9 @@ def test_weighted_log_marginal_equals_enumeration(K, T, seed, scheme):
     pots = random_potentials(K, T, seed)
     w = np.random.default_rng(seed + 1).uniform(0, 1, T)
     w[np.random.default_rng(seed + 2).random(T) < 0.3] = 0.0
-    got = chain.weighted_log_marginal(*map(jnp.asarray, pots), jnp.asarray(w), scheme)
+    # jitted: one program per shape, not dozens of eagerly compiled operations
+    got = jax.jit(chain.weighted_log_marginal, static_argnums=4)(
+        *map(jnp.asarray, pots), jnp.asarray(w), scheme)
     np.testing.assert_allclose(float(got), enumerate_log_z(*pots, w, scheme), rtol=1e-10,
                                atol=1e-12)
 
@@ -143,13 +146,15 @@ def test_window_heldout_losses_with_the_same_parameters_equal_the_full_pass():
     log_init = jnp.log(jnp.array([0.5, 0.3, 0.2]))
     log_trans = jnp.log(0.7 * np.eye(K) + 0.3 * rng.dirichlet(np.ones(K), size=K))
     log_lik = jnp.asarray(2.0 * rng.normal(size=(T, K)))
-    log_filtered, log_backward = chain.boundary_messages(log_init, log_trans, log_lik)
+    log_filtered, log_backward = jax.jit(chain.boundary_messages)(log_init, log_trans, log_lik)
+    full_pass = jax.jit(chain.heldout_losses)
+    window = jax.jit(chain.window_heldout_losses, static_argnums=6)
     for start, out in [(0, [3, 5, 20]), (120, [150, 152, 160]), (T - L, [250, 251, 290])]:
         w = np.ones(T)
         w[out] = 0.0
-        fold, points = chain.heldout_losses(log_init, log_trans, log_lik, jnp.asarray(w))
+        fold, points = full_pass(log_init, log_trans, log_lik, jnp.asarray(w))
         stop = start + L
-        wfold, wpoints = chain.window_heldout_losses(
+        wfold, wpoints = window(
             log_init, log_trans, log_lik[start:stop], jnp.asarray(w[start:stop]),
             log_filtered[max(start - 1, 0)], log_backward[stop - 1], start == 0)
         np.testing.assert_allclose(float(wfold), float(fold), rtol=1e-10)
