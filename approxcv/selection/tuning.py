@@ -177,11 +177,11 @@ def resolve_algorithm(model, algorithm: str) -> str:
     return "newton" if smooth and m <= NEWTON_MAX_WEIGHTS else "full"
 
 
-def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for) -> TuneResult:
-    """:func:`approxcv.selection.tuning_newton.newton_tune` from ``lam`` (the fit from zero, by the
-    loop's own Newton refits), its path as a DataFrame."""
+def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for, u0=None) -> TuneResult:
+    """:func:`approxcv.selection.tuning_newton.newton_tune` from ``lam`` (the fit from ``u0``,
+    default zero, by the loop's own Newton refits), its path as a DataFrame."""
     design = model.design(prepared)
-    u0 = jnp.zeros(design.shape[1])
+    u0 = jnp.zeros(design.shape[1]) if u0 is None else jnp.asarray(u0, jnp.float64)
     prob = model.smooth_problem(prepared, u0)
     t0 = time.perf_counter()
     res = newton_tune(u0, jnp.log(jnp.asarray(lam)), prob.design, prob.y, prob.aux,
@@ -229,7 +229,7 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
                         learning_rate: float = 0.1, max_iter: int = 50,
                         minibatch_size: int | None = None, eval_every: int = 10, seed: int = 0,
                         stop_rtol: float = 0.0, test_data=None, method: str = "ns",
-                        warn: bool = True) -> TuneResult:
+                        warn: bool = True, init_params=None) -> TuneResult:
     """Tune penalty weights on ALOOCV in ``rho = log lam``: Newton steps with its exact
     Hessian, or gradient descent (seed Algorithms 1/2).
 
@@ -269,6 +269,8 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
             best weights (``TuneResult.cv_result``); ``"ns"`` (ALOOCV, default) is what the path
             descends. ``"ij"`` under-corrects at weak regularisation (docs/erm.md).
         warn: warn when the elastic-net support changes along the path.
+        init_params: the model's parameters to start the first fit from (e.g. its fit at
+            ``lam0``); default: from zero.
 
     Returns:
         :class:`TuneResult`: the path (ALOOCV, a loss: lower is better) and, at the best
@@ -287,6 +289,9 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
     lam = _check_lam0(model, lam0)
     prepared, _, n = model.prepare(data)
     test = model.prepare(test_data)[0] if test_data is not None else None
+    u_init = (None if init_params is None else
+              model.params_to_flat(model.check_params(init_params, prepared,
+                                                         name="init_params")))
 
     def cv_thunk_for(best_model, best_params):
         # on the user's data, not the prepared arrays: the result records their digest,
@@ -294,7 +299,7 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
         return lambda: cross_validate(best_model, data, leave_one_out(n), method,
                                       params=best_params, progress=False, warn=warn)
     if algorithm == "newton":
-        return _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for)
+        return _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for, u_init)
     if algorithm == "stochastic":
         minibatch_size = min(check_positive_int(
             "minibatch_size", minibatch_size or max(1, n // 10)), n)
@@ -302,7 +307,7 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
     opt = optimizer or optax.adam(learning_rate)
     rho = jnp.log(jnp.asarray(lam))
     state = opt.init(rho)
-    rows, u_prev, support_prev, warned = [], None, None, False
+    rows, u_prev, support_prev, warned = [], u_init, None, False
     t0 = time.perf_counter()
     for it in range(max_iter):
         lam = np.exp(np.asarray(rho))

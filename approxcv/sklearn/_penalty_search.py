@@ -63,8 +63,9 @@ def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltyS
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ApproxCVWarning)
-                out = tune_regularization(model, data, lam_best, algorithm="newton",
-                                          max_iter=max_iter, warn=False)
+                out = tune_regularization(
+                    model, data, lam_best, algorithm="newton", max_iter=max_iter, warn=False,
+                    init_params=None if u_best is None else model.flat_to_params(u_best))
             for w in caught:            # only approxcv's own warnings are the search's
                 if not issubclass(w.category, ApproxCVWarning):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -218,6 +218,23 @@ def test_newton_and_adam_reach_the_closed_form_loo_optimum(ridge_data):
     assert adam.best_acv >= newton.best_acv * (1 - 1e-12)
 
 
+def test_init_params_start_the_first_fit_and_are_checked(ridge_data):
+    """A warm start (the fit at lam0) changes where the first fit starts, not where the
+    tuning ends; parameters of another shape are refused by name."""
+    X, y = ridge_data
+    cold = tune_regularization(Ridge(1.0), (X, y), 1.0)
+    fit = Ridge(1.0).fit((X, y))
+    warm = tune_regularization(Ridge(1.0), (X, y), 1.0, init_params=fit)
+    assert warm.converged and warm.best_lam[0] == pytest.approx(cold.best_lam[0], rel=1e-8)
+    assert warm.best_acv == pytest.approx(cold.best_acv, rel=1e-12)
+    adam = tune_regularization(Ridge(1.0), (X, y), 1.0, algorithm="full", max_iter=3,
+                               init_params=fit)
+    assert np.isfinite(adam.best_acv)
+    wrong = fit._replace(coef=np.ones(X.shape[1] + 1))
+    with pytest.raises((ArgumentTypeError, InvalidArgumentError), match="init_params"):
+        tune_regularization(Ridge(1.0), (X, y), 1.0, init_params=wrong)
+
+
 def test_tuned_result_is_a_cv_result_on_the_elpd_scale(ridge_data):
     """The result at the tuned weights is a CVResult whose elpd (higher is better) is
     -n ALOOCV, and acv.compare ranks it beside another model's result on the same folds."""
