@@ -11,7 +11,9 @@ CG did not converge or met non-positive curvature are unreliable.
 
 Each fold also gets two chord steps from its Newton point with the same ``H(w_o)``
 (two more gradients per fold), from which the engine estimates the fold's error
-(:mod:`approxcv.engine.error_estimate`).
+(:mod:`approxcv.engine.error_estimate`). Up to :data:`FEW_FOLDS` folds of a small problem
+take these steps through the fit's compiled derivative sweep instead of a program of their
+own.
 """
 from __future__ import annotations
 
@@ -24,12 +26,31 @@ import numpy as np
 
 from ..aloo import glm_newton_params
 from ..diagnostics import fit_state
-from ..fold_newton import newton_params
+from ..fold_newton import newton_params, newton_params_by_sweeps
 from ..fold_checks import with_fold_check
 from ..matrix_free import newton_params_cg
 from .model_estimators import model_estimator
 from ..registry import register_method
+from ...optim.newton import polish_jacobian
 from ..._compile import jit
+
+
+#: up to this many folds, where the fit's ``(F, g, H, J)`` sweep is small
+#: (:func:`~approxcv.optim.newton.polish_jacobian`), the Newton and chord steps run fold by
+#: fold through that compiled sweep (:func:`~approxcv.engine.fold_newton.
+#: newton_params_by_sweeps`) instead of a batched program of their own: the table test's
+#: NS of a TimeVaryingPoisson on 3 folds compiled nothing new, where its batched program
+#: took 4.8-6.0 s to compile (``-O0``)
+FEW_FOLDS = 8
+
+
+def _weight_rows(index, n: int):
+    """``(n_folds, n)`` 0/1 weights of the padded left-out indices (padding ``>= n``)."""
+    index = np.asarray(index)
+    weights = np.ones((len(index), n))
+    rows, cols = np.nonzero(index < n)
+    weights[rows, index[rows, cols]] = 0.0
+    return weights
 
 
 def ns(problem, folds, options):
@@ -42,9 +63,15 @@ def ns(problem, folds, options):
     diagnostics = fit_state(problem, options)
     t = time.perf_counter()
     if options.dense(dim, problem.n_units):
-        params, min_eig, jitter, reliable, step, rate = jax.block_until_ready(newton_params(
-            problem.fun, problem.u_full, index, problem.data, problem.n_units,
-            options.batch_size or 16))
+        if len(folds) <= FEW_FOLDS and polish_jacobian(dim, problem.n_units):
+            # a few folds of a small problem: through the fit's compiled derivative sweep
+            params, min_eig, jitter, reliable, step, rate = newton_params_by_sweeps(
+                problem.fun, problem.u_full, _weight_rows(folds.padded(), problem.n_units),
+                problem.data, True)
+        else:
+            params, min_eig, jitter, reliable, step, rate = jax.block_until_ready(
+                newton_params(problem.fun, problem.u_full, index, problem.data,
+                              problem.n_units, options.batch_size or 16))
         diagnostics.update(ns_hessian_min_eig=np.asarray(min_eig),
                            ns_jitter=np.asarray(jitter),
                            unreliable={"fold_hessian_not_pd": ~np.asarray(reliable)})
