@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import approxcv as acv  # noqa: E402
+from approxcv.optim.newton import value_and_derivatives  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -50,6 +51,14 @@ def _mapped_regions() -> int:
             return sum(1 for _ in f)
     except OSError:
         return MAX_MAPPED_REGIONS + 1
+
+
+def fit_derivatives(problem):
+    """``(F, g, H, J)`` of ``problem`` at its fit, ``w = 1``, from the compiled sweep the
+    fit's Newton polish and the IJ use (:func:`approxcv.optim.newton.value_and_derivatives`
+    with ``J``): tests that need derivatives at the fit compile no program of their own."""
+    return value_and_derivatives(problem.fun, problem.u_full, np.ones(problem.n_units),
+                                 problem.data, True)
 
 
 def simulate_poisson_hmm(T, rates=(2.0, 9.0), stay=0.9, seed=0):

@@ -14,8 +14,7 @@ from approxcv.errors import (ArgumentTypeError, InvalidArgumentError, Unreliable
 from approxcv.models import constraints as C
 from approxcv.models.base import Model, left_out
 from approxcv.optim import batched_minimize
-from approxcv.optim.newton import value_and_derivatives
-from tests.conftest import simulate_gaussian_hmm, simulate_poisson_hmm
+from tests.conftest import fit_derivatives, simulate_gaussian_hmm, simulate_poisson_hmm
 
 
 def _regression(seed, n=40, p=3):
@@ -112,10 +111,10 @@ def fit_gradient(problem, name):
     """``dF/du`` at the fit, ``w = 1``: from the IJ's compiled ``(F, g, H, J)`` sweep (the
     fit's polish or the table test's IJ on this row built it) where the model has no
     methods of its own; a GP's from the gradient alone (no sweep was compiled for it)."""
-    ones = np.ones(problem.n_units)
     if name in OWN_METHODS:
-        return engine.gradient(problem.fun, problem.u_full, ones, problem.data)
-    return value_and_derivatives(problem.fun, problem.u_full, ones, problem.data, True)[1]
+        return engine.gradient(problem.fun, problem.u_full, np.ones(problem.n_units),
+                               problem.data)
+    return fit_derivatives(problem)[1]
 
 
 @pytest.fixture(scope="module", params=MODELS)

@@ -9,10 +9,9 @@ from scipy import stats
 import approxcv as acv
 from approxcv.engine.fold_newton import newton_step
 from approxcv.optim import batched_newton_minimize
-from approxcv.optim.newton import value_and_derivatives
 from approxcv.errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
 from approxcv.inference import chain
-from tests.conftest import simulate_gaussian_hmm, simulate_poisson_hmm
+from tests.conftest import fit_derivatives, simulate_gaussian_hmm, simulate_poisson_hmm
 
 
 def make_case(name):
@@ -41,12 +40,6 @@ def refit(obj, W):
     res = solve(jnp.tile(obj.u_full, (len(W), 1)), jnp.asarray(W), obj.data)
     assert np.asarray(res.converged).all()
     return np.asarray(res.u)
-
-
-def fit_derivatives(obj):
-    """``(F, g, H, J)`` at the fit, ``w = 1``: the compiled sweep of the fit's Newton polish
-    (and of the IJ), so the tests add no program of their own."""
-    return value_and_derivatives(obj.fun, obj.u_full, np.ones(obj.n_units), obj.data, True)
 
 
 def test_fit_is_stationary_and_a_refit_at_unit_weights_would_not_move(fitted):

@@ -11,13 +11,13 @@ from scipy import stats
 import approxcv as acv
 from approxcv import engine
 from approxcv.optim import batched_newton_minimize
-from approxcv.optim.newton import value_and_derivatives
 from approxcv.errors import InvalidArgumentError, InvalidDataError
 from approxcv.models.hmm.time_varying_poisson import (
     TimeVaryingPoisson,
     TimeVaryingPoissonParams,
     event_log_likelihood,
 )
+from tests.conftest import fit_derivatives
 
 SLOTS, DAYS = 12, 3
 
@@ -115,7 +115,7 @@ def test_fit_is_stationary_and_w1_reproduces_the_objective(fitted):
     seqs, n = obj.data, obj.n_units
     ones = np.ones(n)
     # F and its gradient from the fit's compiled (F, g, H, J) sweep (its Newton polish's)
-    full, grad = value_and_derivatives(obj.fun, obj.u_full, ones, seqs, True)[:2]
+    full, grad = fit_derivatives(obj)[:2]
     assert float(jnp.linalg.norm(grad)) < 1e-6
     # w = 1: both schemes are the unweighted negative log joint (forward algorithm; one
     # jitted program, not dozens of eagerly compiled operations)
@@ -145,7 +145,7 @@ def test_ij_error_is_second_order_in_the_fold_weight(fitted):
     model, x, params = fitted
     obj = acv.make_problem(model, x, params)
     seqs, n = obj.data, obj.n_units
-    _, _, H, J = value_and_derivatives(obj.fun, obj.u_full, np.ones(n), seqs, True)
+    _, _, H, J = fit_derivatives(obj)
     refit = batched_newton_minimize(obj.fun, obj.scale, 50)
     drop = np.zeros(n)
     drop[[30, 31, 32, 100, 170]] = 1.0
