@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from .._validate import check_choice, check_positive_int
+from .._validate import check_choice, check_positive, check_positive_int
 from ..engine.registry import get_method
 from ..errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
                      NotPositiveDefiniteError)
@@ -177,15 +177,17 @@ def resolve_algorithm(model, algorithm: str) -> str:
     return "newton" if smooth and m <= NEWTON_MAX_WEIGHTS else "full"
 
 
-def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for, u0=None) -> TuneResult:
+def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for, u0=None,
+                 xtol: float = 0.0) -> TuneResult:
     """:func:`approxcv.selection.tuning_newton.newton_tune` from ``lam`` (the fit from ``u0``,
-    default zero, by the loop's own Newton refits), its path as a DataFrame."""
+    default zero, by the loop's own Newton refits; ``xtol`` its step test), its path as a
+    DataFrame."""
     design = model.design(prepared)
     u0 = jnp.zeros(design.shape[1]) if u0 is None else jnp.asarray(u0, jnp.float64)
     prob = model.smooth_problem(prepared, u0)
     t0 = time.perf_counter()
     res = newton_tune(u0, jnp.log(jnp.asarray(lam)), prob.design, prob.y, prob.aux,
-                      prob.loss_fn, prob.penalty_fn, max_iter=max_iter)
+                      prob.loss_fn, prob.penalty_fn, max_iter=max_iter, xtol=xtol)
     acv_path = np.asarray(res.path_acv)
     rows_n = int(np.sum(np.isfinite(acv_path)))
     if rows_n == 0 or not np.isfinite(float(res.acv)):
@@ -229,14 +231,15 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
                         learning_rate: float = 0.1, max_iter: int = 50,
                         minibatch_size: int | None = None, eval_every: int = 10, seed: int = 0,
                         stop_rtol: float = 0.0, test_data=None, method: str = "ns",
-                        warn: bool = True, init_params=None) -> TuneResult:
+                        warn: bool = True, init_params=None, xtol: float = 0.0) -> TuneResult:
     """Tune penalty weights on ALOOCV in ``rho = log lam``: Newton steps with its exact
     Hessian, or gradient descent (seed Algorithms 1/2).
 
     ``"newton"`` (:mod:`approxcv.selection.tuning_newton`): damped Newton steps on ``rho`` with the
     exact gradient and Hessian of ALOOCV (implicit differentiation through the fit), refits
     by Newton on the smooth objective, each step one compiled program; it stops at a
-    stationary point (``|dACV/drho| <= 1e-9 (1 + ACV)``). ``"full"``/``"stochastic"``:
+    stationary point (``|dACV/drho| <= 1e-9 (1 + ACV)``) or, with ``xtol``, once the next
+    Newton step is at most ``xtol``. ``"full"``/``"stochastic"``:
     every iteration refits the model warm-started at the previous fit, computes ALOOCV and
     its gradient (:func:`aloocv_gradient`), and takes one optax step on ``rho``.
 
@@ -271,6 +274,10 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
         warn: warn when the elastic-net support changes along the path.
         init_params: the model's parameters to start the first fit from (e.g. its fit at
             ``lam0``); default: from zero.
+        xtol: ``"newton"`` only: also stop at an accepted point whose undamped Newton step
+            in ``log lam`` is at most ``xtol`` (the weights are then within about a factor
+            ``e^xtol`` of the optimum; the step is not taken). ``0`` (default): off, the
+            gradient test alone.
 
     Returns:
         :class:`TuneResult`: the path (ALOOCV, a loss: lower is better) and, at the best
@@ -287,6 +294,7 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
     if optimizer is not None and not hasattr(optimizer, "update"):
         raise ArgumentTypeError("`optimizer` must be an optax.GradientTransformation")
     lam = _check_lam0(model, lam0)
+    xtol = 0.0 if isinstance(xtol, (int, float)) and xtol == 0 else check_positive("xtol", xtol)
     prepared, _, n = model.prepare(data)
     test = model.prepare(test_data)[0] if test_data is not None else None
     u_init = (None if init_params is None else
@@ -299,7 +307,7 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
         return lambda: cross_validate(best_model, data, leave_one_out(n), method,
                                       params=best_params, progress=False, warn=warn)
     if algorithm == "newton":
-        return _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for, u_init)
+        return _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for, u_init, xtol)
     if algorithm == "stochastic":
         minibatch_size = min(check_positive_int(
             "minibatch_size", minibatch_size or max(1, n // 10)), n)

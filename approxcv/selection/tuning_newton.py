@@ -18,7 +18,10 @@ decrease ``ACV`` by ``1e-4 g^T d``, shrinks tenfold after an accepted step, to 0
 step capped at ``MAX_STEP`` in ``rho`` (a factor ``e^2`` in ``lam``), and refits ``u_hat``
 at every trial ``rho`` by damped Newton warm-started at the current fit
 (:func:`approxcv.optim.newton.newton_minimize`). It stops when ``|g|_inf <= gtol (1 +
-|ACV|)`` or after ``max_iter`` steps. Kernels take arrays and pure callables, never models.
+|ACV|)``, when (``xtol > 0``) the undamped Newton step ``H^{-1} g`` from an accepted
+point is at most ``xtol`` in ``rho`` (near the optimum that step is the distance to it, so
+the weights are within a factor ``e^xtol`` of the optimum, and the step is not taken), or
+after ``max_iter`` steps. Kernels take arrays and pure callables, never models.
 """
 from __future__ import annotations
 
@@ -78,9 +81,10 @@ def _newton_map(u, lam, design, y, aux, loss_fn, penalty_fn):
 
 
 def newton_tune(u0, rho0, design, y, aux, loss_fn, penalty_fn, max_iter: int = 30,
-                gtol: float = GTOL) -> NewtonTuneResult:
+                gtol: float = GTOL, xtol: float = 0.0) -> NewtonTuneResult:
     """Minimise ``ACV(rho)`` from ``rho0`` with the fit ``u0`` near ``u_hat(rho0)`` (module
-    docstring); returns a :class:`NewtonTuneResult`.
+    docstring: ``gtol`` the gradient test, ``xtol`` the step test, off at 0); returns a
+    :class:`NewtonTuneResult` (``converged`` when either test stopped it).
 
     Each iteration is one call of the compiled :func:`_newton_step` (compiled once per
     problem shape and ``max_iter``), so the host sees each step end: ``path_time`` holds
@@ -94,20 +98,22 @@ def newton_tune(u0, rho0, design, y, aux, loss_fn, penalty_fn, max_iter: int = 3
     s = dict(rho=rho0, u=np.asarray(u0, dtype=np.float64), f=np.float64(np.inf),
              g=np.zeros(m), h=np.eye(m), mu=np.float64(0.0), k=np.int64(0),
              done=np.bool_(False), refit_ok=np.bool_(True), reliable=np.bool_(True),
+             near=np.bool_(False),
              path_rho=np.full((max_iter + 2, m), np.nan), path_acv=nan_rows,
              path_gn=nan_rows, accepted=np.int64(0))
     path_time = np.full(max_iter + 2, np.nan)
     accepted = 0
     while (not bool(s["done"]) and int(s["k"]) <= max_iter
            and not (int(s["k"]) > 0 and not np.isfinite(float(s["f"])))):
-        s = _newton_step(s, design, y, aux, np.float64(gtol), loss_fn=loss_fn,
-                         penalty_fn=penalty_fn)
+        s = _newton_step(s, design, y, aux, np.float64(gtol), np.float64(xtol),
+                         loss_fn=loss_fn, penalty_fn=penalty_fn)
         now = int(s["accepted"])            # waits for the step
         if now > accepted:
             path_time[accepted] = time.perf_counter()
             accepted = now
     f, g = float(s["f"]), np.asarray(s["g"])
-    converged = bool(np.max(np.abs(g)) <= gtol * (1.0 + abs(f)) and np.isfinite(f))
+    converged = bool((np.max(np.abs(g)) <= gtol * (1.0 + abs(f)) or bool(s["near"]))
+                     and np.isfinite(f))
     return NewtonTuneResult(s["rho"], s["u"], s["f"], s["g"], s["h"],
                             np.bool_(converged and bool(s["reliable"])), int(s["k"]) - 1,
                             s["refit_ok"], s["path_rho"], s["path_acv"], s["path_gn"],
@@ -118,8 +124,17 @@ def _gnorm(g):
     return jnp.max(jnp.abs(g))
 
 
+def _predicted_step(h, g):
+    """``|H^{-1} g|_inf``, the undamped Newton step's length (``inf`` unless ``H`` is
+    positive definite)."""
+    chol = jnp.linalg.cholesky(h)
+    pd = jnp.all(jnp.isfinite(chol))
+    d = jax.scipy.linalg.cho_solve((jnp.where(pd, chol, jnp.eye(h.shape[0])), True), g)
+    return jnp.where(pd, _gnorm(d), jnp.inf)
+
+
 @partial(jit, static_argnames=("loss_fn", "penalty_fn"))
-def _newton_step(s, design, y, aux, gtol, *, loss_fn, penalty_fn):
+def _newton_step(s, design, y, aux, gtol, xtol, *, loss_fn, penalty_fn):
     """One iteration of the loop (module docstring) from the state ``s`` (a dict of
     arrays: the current point, its ACV, gradient, Hessian, damping and the path)."""
     n = design.shape[0]
@@ -174,7 +189,9 @@ def _newton_step(s, design, y, aux, gtol, *, loss_fn, penalty_fn):
     out["path_gn"] = jnp.where(accept, s["path_gn"].at[row].set(jnp.linalg.norm(g_new)),
                                s["path_gn"])
     out["accepted"] = row + accept.astype(row.dtype)
+    # the optimum within xtol of an accepted point (the next Newton step, not taken)
+    out["near"] = accept & (xtol > 0) & (_predicted_step(h_new, g_new) <= xtol)
     # converged, or no damping gives a decrease any more (a round-off-level step)
-    out["done"] = ((_gnorm(out["g"]) <= gtol * (1.0 + jnp.abs(out["f"])))
+    out["done"] = ((_gnorm(out["g"]) <= gtol * (1.0 + jnp.abs(out["f"]))) | out["near"]
                    | (~accept & (_gnorm(d) <= 1e-12)))
     return out

@@ -22,7 +22,12 @@ import pandas as pd
 from ..errors import ApproxCVError, ApproxCVWarning, ConvergenceWarning
 from ._tuning import grid_aloocv, tune_regularization
 
-__all__ = ["PenaltySearch", "search_penalty"]
+__all__ = ["PenaltySearch", "search_penalty", "parabola_vertex", "XTOL"]
+
+#: the Newton stage stops once its next step in ``log lam`` is at most this: the weights
+#: are then within 1e-5 relative of ALOOCV's minimiser, far inside ALOOCV's own distance
+#: from exact leave-one-out's (a few per cent on breast cancer: docs/sklearn.md)
+XTOL = 1e-5
 
 
 @dataclass
@@ -46,6 +51,28 @@ class PenaltySearch:
     u: np.ndarray
 
 
+def parabola_vertex(grid, acv, best: int) -> float:
+    """The Newton stage's start: the weight at the vertex of the parabola in
+    ``rho = log lam`` through the best grid point and its two neighbours,
+    ``rho* = rho_b - (1/2) [d_-^2 (f_b - f_+) - d_+^2 (f_b - f_-)] /
+    [d_- (f_b - f_+) + d_+ (f_b - f_-)]`` (``d_- = rho_b - rho_-``, ``d_+ = rho_+ - rho_b``;
+    the minimum of that parabola, which lies between the neighbours since ``f_b`` is the
+    least); the best grid point itself at an end of the grid or where a value is not finite.
+    On a grid a decade apart the vertex is about ten times closer to the optimum than the
+    grid point, which saves the Newton stage one or two refits and derivative sweeps."""
+    if best == 0 or best == len(grid) - 1 or not np.all(np.isfinite(acv[best - 1:best + 2])):
+        return float(grid[best])
+    r = np.log(np.asarray(grid[best - 1:best + 2], np.float64))
+    f = np.asarray(acv[best - 1:best + 2], np.float64)
+    dm, dp = r[1] - r[0], r[2] - r[1]
+    am, ap = f[1] - f[0], f[1] - f[2]          # both <= 0: f_b is the least
+    den = dm * ap + dp * am
+    if not den < 0:                            # a flat triple: no curvature to go by
+        return float(grid[best])
+    rho = r[1] - 0.5 * (dm ** 2 * ap - dp ** 2 * am) / den
+    return float(np.exp(np.clip(rho, r[0], r[2])))
+
+
 def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltySearch:
     """Grid over one common weight (``grid`` ``(k,)``, positive), then Newton in all
     ``n_weights`` weights from the best grid point (``max_iter`` steps; 0: grid only)."""
@@ -55,6 +82,7 @@ def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltyS
     path = pd.DataFrame(rows)
     best = int(np.argmin(path["acv"].to_numpy()))
     lam_best, acv_best = np.full(n_weights, grid[best]), float(path["acv"].iloc[best])
+    lam_start = np.full(n_weights, parabola_vertex(grid, path["acv"].to_numpy(), best))
     # the grid's fit at the best point (None where no grid fit converged: the estimator
     # then fits at the chosen weights itself)
     u_best = np.asarray(u_grid[best]) if np.isfinite(acv_best) else None
@@ -64,7 +92,8 @@ def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltyS
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ApproxCVWarning)
                 out = tune_regularization(
-                    model, data, lam_best, algorithm="newton", max_iter=max_iter, warn=False,
+                    model, data, lam_start, algorithm="newton", max_iter=max_iter, warn=False,
+                    xtol=XTOL,
                     init_params=None if u_best is None else model.flat_to_params(u_best))
             for w in caught:            # only approxcv's own warnings are the search's
                 if not issubclass(w.category, ApproxCVWarning):

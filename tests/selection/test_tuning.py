@@ -187,6 +187,8 @@ def test_tuning_argument_errors(ridge_data):
         tune_regularization(Ridge(1.0), (X, y), 1.0, optimizer="adam")
     with pytest.raises(InvalidArgumentError, match="`method`"):
         tune_regularization(Ridge(1.0), (X, y), 1.0, method="aloo")
+    with pytest.raises(InvalidArgumentError, match="`xtol`"):
+        tune_regularization(Ridge(1.0), (X, y), 1.0, xtol=-1e-3)
 
 
 def test_newton_and_adam_reach_the_closed_form_loo_optimum(ridge_data):
@@ -212,6 +214,11 @@ def test_newton_and_adam_reach_the_closed_form_loo_optimum(ridge_data):
     seconds = newton.path["seconds"].to_numpy()
     assert len(seconds) > 1 and np.all(np.isfinite(seconds)) and np.all(seconds > 0)
     assert np.all(np.diff(seconds) >= 0)
+    # the step test stops at the first point whose next Newton step is <= xtol: fewer
+    # steps, the optimum within xtol in log lam (here 1e-3: a visible difference)
+    near = tune_regularization(Ridge(1.0), (X, y), 1.0, xtol=1e-3)
+    assert near.converged and len(near.path) < len(newton.path)
+    assert abs(np.log(near.best_lam[0]) - best.x) <= 1e-3
     adam = tune_regularization(Ridge(1.0), (X, y), 1.0, algorithm="full", max_iter=40,
                                learning_rate=0.3)
     assert adam.best_acv == pytest.approx(newton.best_acv, rel=1e-4)
