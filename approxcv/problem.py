@@ -9,7 +9,10 @@ resulting :class:`Problem` and arrays.
 
 The data are an explicit argument, ``fun(u, w, data)``, and the functions are built once per
 (model configuration, scheme, level, parameter layout): jitted engine kernels that take them
-as static arguments are compiled once per session, not once per call.
+as static arguments are compiled once per session, not once per call. A model's numeric
+hyperparameters (:attr:`~approxcv.models.base.Model.numeric_hyperparameters`, e.g. an ERM's
+penalty weight) travel with the data instead (:class:`WithNumbers`), so the functions, and
+every program compiled on them, are shared by all models of one structure.
 """
 from __future__ import annotations
 
@@ -20,18 +23,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import InvalidDataError
+from .errors import ArgumentTypeError, InvalidDataError
 from ._arrays import array_module
 from ._compile import jit
 
-__all__ = ["Problem", "GLMStructure", "Windows", "Lanes", "make_problem", "flat_params"]
+__all__ = ["Problem", "GLMStructure", "Windows", "Lanes", "WithNumbers", "make_problem",
+           "flat_params"]
 
 
 class Problem(NamedTuple):
     """Everything the engine needs about one model on one data set.
 
     fun(u, w, data) -> scalar ``F``; heldout(u, w, data) -> ``(fold_loss, point_losses (n,))``;
-    data: the prepared data pytree; u_full: ``(D,)`` unconstrained full-data parameters;
+    data: the prepared data pytree (a :class:`WithNumbers` of them and the model's numeric
+    hyperparameters when it declares some: pass ``problem.data`` to ``fun`` and
+    ``heldout``, never the model's prepared data); u_full: ``(D,)`` unconstrained full-data parameters;
     unravel(u) -> constrained parameter pytree; n_units: ``n``; scale: positive normaliser
     of ``F`` for optimiser tolerances; starts: ``(R, D)`` unconstrained starting points from
     the model's own initialisation (for exact-CV restarts), possibly empty; key: a hashable
@@ -106,6 +112,50 @@ class Windows(NamedTuple):
     context: Any
 
 
+class WithNumbers(NamedTuple):
+    """``Problem.data`` of a model with numeric hyperparameters: the prepared data and
+    ``{name: array}`` of those hyperparameters, arguments of the compiled programs."""
+    data: Any
+    numbers: dict
+
+
+class _Structure:
+    """A model's configuration without the values of its numeric hyperparameters: hashes
+    and compares by ``(type, structure_key())``. ``template`` is the model with NaN in place
+    of each of them, so that their values reach a program only as arguments: a function
+    that read them from the model instead would give NaN, never another model's number."""
+    __slots__ = ("key", "template")
+
+    def __init__(self, model):
+        self.key = (type(model), model.structure_key())
+        self.template = model.with_numbers({k: np.full(np.shape(v), np.nan)
+                                            for k, v in model.numbers().items()})
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        return isinstance(other, _Structure) and self.key == other.key
+
+
+def _binder(model):
+    """``bind(data) -> (model, prepared data)``: for a :class:`_Structure`, its template
+    with the numbers of ``data`` (a :class:`WithNumbers`, else an error: the numbers are
+    not optional); for a model, the model and ``data`` as they are."""
+    if not isinstance(model, _Structure):
+        return lambda data: (model, data)
+    template = model.template
+
+    def bind(data):
+        if not isinstance(data, WithNumbers):
+            raise ArgumentTypeError(
+                f"the functions of a {type(template).__name__} problem take its data "
+                f"with the model's numeric hyperparameters (`problem.data`, a "
+                f"WithNumbers), got {type(data).__name__}")
+        return template.with_numbers(data.numbers), data.data
+    return bind
+
+
 class GLMStructure(NamedTuple):
     """design ``A (n, D)`` in the flat layout, responses ``y (n,)`` and the pure elementwise
     ``loss(eta, y)``: ``F(u, w) = sum_i w_i loss(a_i^T u, y_i) + R(u)``."""
@@ -124,7 +174,9 @@ def _functions(model, scheme, level, treedef, shapes):
     """Build ``(fun, heldout, unravel)`` for one model configuration and parameter layout.
 
     ``model`` hashes by its hyperparameters (:meth:`~approxcv.models.base.Model.static_key`),
-    so equal configurations share the functions and hence every compiled kernel.
+    so equal configurations share the functions and hence every compiled kernel; a
+    :class:`_Structure` by its structure, and ``fun``/``heldout`` then take the numeric
+    hyperparameters with the data (:class:`WithNumbers`).
 
     ``fun`` and ``heldout`` are jitted, so inside the engine's programs they are nested
     calls: the model's Python is traced once per argument shapes, and every program that
@@ -133,6 +185,9 @@ def _functions(model, scheme, level, treedef, shapes):
     transforms instead of tracing the model again (the table test's fit/IJ/NS/exact rows:
     tracing 48.6 -> 35.6 s, 136 -> 121 s in all, measured side by side).
     """
+    bind = _binder(model)
+    if isinstance(model, _Structure):
+        model = model.template
     sizes = [int(np.prod(s)) for s in shapes]
     splits = np.cumsum(sizes)[:-1].tolist()
     built_in = all(getattr(c, "maps_numpy_rows", False) for c in jax.tree_util.tree_leaves(
@@ -150,11 +205,13 @@ def _functions(model, scheme, level, treedef, shapes):
 
     @jit
     def fun(u, w, data):
-        return model.objective(unravel(u), data, w, scheme=scheme, level=level)
+        bound, data = bind(data)
+        return bound.objective(unravel(u), data, w, scheme=scheme, level=level)
 
     @jit
     def heldout(u, w, data):
-        return model.heldout_loss(unravel(u), data, w, level=level)
+        bound, data = bind(data)
+        return bound.heldout_loss(unravel(u), data, w, level=level)
 
     def window_heldout(u, start, w, context, data):
         return model.window_heldout_loss(unravel(u), data, start, w, context)
@@ -216,21 +273,40 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     if not np.all(np.isfinite(np.asarray(u_full))):
         raise InvalidDataError("`params` lie on the boundary of their domain (a probability "
                                "or rate of 0); the unconstrained parameters are infinite")
-    fun, heldout, unravel, window_heldout, lanes = _functions(model, scheme, level, treedef,
-                                                              shapes)
+    numeric = _numbers_as_arguments(model, level, refit, estimators)
+    fun, heldout, unravel, window_heldout, lanes = _functions(
+        _Structure(model) if numeric else model, scheme, level, treedef, shapes)
     scale = model.objective_scale(prepared)
     glm = model.glm_structure(prepared)
+    engine_data = prepared
+    if numeric:
+        engine_data = WithNumbers(prepared, {k: jnp.asarray(v)
+                                             for k, v in model.numbers().items()})
     windows = None
-    if scheme == "A" and getattr(model, "supports_windows", None) is not None \
+    if numeric:
+        lanes = None
+    elif scheme == "A" and getattr(model, "supports_windows", None) is not None \
             and model.supports_windows(prepared, level):
         windows = _LazyWindows(model, window_heldout, unravel, prepared, u_full)
     else:
         lanes = None
-    return Problem(fun, heldout, prepared, u_full, unravel, int(n_units),
+    return Problem(fun, heldout, engine_data, u_full, unravel, int(n_units),
                    float(n_units if scale is None else scale), starts,
                    (model, scheme, level), getattr(model, "refit_solver", None),
                    None if glm is None else GLMStructure(*glm), refit, checker,
                    getattr(model, "batch_rows", "vmap"), None, windows, lanes, estimators)
+
+
+def _numbers_as_arguments(model, level, refit, estimators) -> bool:
+    """Whether the problem's functions take ``model``'s numeric hyperparameters as arguments
+    (:class:`WithNumbers`): when it declares some, for units within one structure, and
+    when nothing else of the model reads the problem's data (a refit solver of its own,
+    its own estimators, held-out windows or lanes of a long series); otherwise they stay
+    constants of the programs, compiled per value."""
+    return (bool(getattr(model, "numeric_hyperparameters", ())) and level == "within"
+            and refit is None and estimators is None
+            and getattr(model, "supports_windows", None) is None
+            and not hasattr(model, "lane_potentials"))
 
 
 @functools.partial(jit, static_argnums=(0, 1))

@@ -38,7 +38,9 @@ unchecked, so the check costs nothing in compiled code.
 Hyperparameters are hashable by construction: :meth:`Model.static_key` is the tuple of
 public attributes (a model with an unhashable hyperparameter — a graph, a kernel — must
 override it), and models compare and hash by it, so compiled functions are cached per
-model configuration.
+model configuration. Hyperparameters a model declares numeric
+(:attr:`Model.numeric_hyperparameters`, e.g. an ERM's penalty weight) are arguments of
+those functions instead: they are cached per :meth:`Model.structure_key`.
 """
 from __future__ import annotations
 
@@ -164,6 +166,35 @@ class Model:
                     f"{type(self).__name__}.{k} is unhashable ({type(v).__name__}); "
                     "override static_key() to give a hashable summary of it") from exc
         return items
+
+    #: names of hyperparameters that are real numbers (a float, or a tuple of floats) and
+    #: enter only the arithmetic of ``objective`` and ``heldout_loss`` — never a shape, a
+    #: branch or a loop count. Cross-validation passes them to its compiled programs as
+    #: arguments (:func:`approxcv.problem.make_problem`), so models that differ only in
+    #: them share every program: a penalty weight tuned or compared over a grid compiles once
+    numeric_hyperparameters: tuple = ()
+
+    def numbers(self) -> dict:
+        """``{name: float64 array}`` of the :attr:`numeric_hyperparameters`."""
+        return {k: np.asarray(getattr(self, k), dtype=np.float64)
+                for k in self.numeric_hyperparameters}
+
+    def with_numbers(self, numbers: dict):
+        """A copy of this model whose numeric hyperparameters are ``numbers`` (arrays of
+        the shapes :meth:`numbers` gives; traced inside compiled programs), unchecked:
+        the engine's way to evaluate one model structure at many values."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        for k, v in numbers.items():
+            setattr(new, k, v)
+        return new
+
+    def structure_key(self) -> tuple:
+        """:meth:`static_key` with each numeric hyperparameter's value replaced by its
+        shape: equal for models whose compiled programs can be shared."""
+        numeric = set(self.numeric_hyperparameters)
+        return tuple((k, ("numeric", np.shape(v)) if k in numeric else v)
+                     for k, v in self.static_key())
 
     def __eq__(self, other):
         return type(self) is type(other) and self.static_key() == other.static_key()

@@ -161,6 +161,9 @@ class ERM(Model):
     #: the penalty is smooth in ``theta``, so ALOOCV is smooth in ``lam``
     #: (``tune_regularization`` may take Newton steps on it)
     smooth_penalty = True
+    #: the penalty weight is an argument of the compiled programs of cross-validation, so
+    #: models at other weights (tuning, a grid, an estimator's search) reuse them
+    numeric_hyperparameters = ("lam",)
 
     def __init__(self, lam=1.0, *, fit_intercept: bool = True, max_steps: int = 1000):
         self.lam = check_lam(lam, "lam")
@@ -181,7 +184,8 @@ class ERM(Model):
     def regularizer_function(self):
         """The pure ``r(theta, aux) -> (m,)``: :func:`ridge_total` for a scalar ``lam``,
         :func:`ridge_per_coefficient` for one weight per coefficient."""
-        return ridge_per_coefficient if isinstance(self.lam, tuple) else ridge_total
+        # by dimension, not type: inside compiled programs lam is an array (with_numbers)
+        return ridge_per_coefficient if np.ndim(self.lam) == 1 else ridge_total
 
     def regularizers(self, coef, aux=None):
         """``r(theta)`` ``(m,)``."""

@@ -204,6 +204,9 @@ class ElasticNet(ERM):
     refit_solver = None            # exact CV uses batched_refit (proximal), never Newton
     #: ALOOCV is only piecewise smooth in lam (the support changes): no Newton tuning
     smooth_penalty = False
+    #: lam1 and lam2 stay constants of the programs (its exact refits are a solver of
+    #: their own, built for them)
+    numeric_hyperparameters = ()
 
     def __init__(self, lam1: float = 1.0, lam2: float = 0.0, *, fit_intercept: bool = True,
                  max_steps: int = 20000):

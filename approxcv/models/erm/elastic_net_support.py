@@ -87,6 +87,8 @@ class ElasticNetOnSupport(ERM):
         fit_intercept: fit an unpenalised intercept.
     """
     params_type = ElasticNetParams
+    #: lam1 and lam2 are constants of its programs, as of the elastic net's
+    numeric_hyperparameters = ()
 
     def __init__(self, lam1: float, lam2: float, support: tuple, signs: tuple,
                  n_features: int, off_curvature: float = 1.0, *, fit_intercept: bool = True,
