@@ -28,7 +28,7 @@ from ._arrays import array_module
 from ._compile import jit
 
 __all__ = ["Problem", "GLMStructure", "Windows", "Lanes", "WithNumbers", "make_problem",
-           "flat_params"]
+           "flat_params", "function_key", "binder", "template"]
 
 
 class Problem(NamedTuple):
@@ -138,21 +138,38 @@ class _Structure:
         return isinstance(other, _Structure) and self.key == other.key
 
 
-def _binder(model):
-    """``bind(data) -> (model, prepared data)``: for a :class:`_Structure`, its template
-    with the numbers of ``data`` (a :class:`WithNumbers`, else an error: the numbers are
-    not optional); for a model, the model and ``data`` as they are."""
-    if not isinstance(model, _Structure):
-        return lambda data: (model, data)
-    template = model.template
+def function_key(model, data):
+    """What functions of ``model`` on a problem's ``data`` are cached by: the model's
+    structure (a :class:`_Structure`) when the data carry its numbers (a
+    :class:`WithNumbers`), else the model itself."""
+    return _Structure(model) if isinstance(data, WithNumbers) else model
+
+
+def template(key):
+    """The model of a :func:`function_key`: the structure's NaN template, or the model."""
+    return key.template if isinstance(key, _Structure) else key
+
+
+def binder(key):
+    """``bind(data) -> (model, prepared data)`` for the functions cached by ``key`` (a
+    :func:`function_key`): for a structure, its template with the numbers of ``data`` (a
+    :class:`WithNumbers`, else an error: the numbers are not optional); for a model, the
+    model and ``data`` (with the numbers of a :class:`WithNumbers`)."""
+    if not isinstance(key, _Structure):
+        def bind_model(data):
+            if isinstance(data, WithNumbers):       # the model's own function, on them
+                return key.with_numbers(data.numbers), data.data
+            return key, data
+        return bind_model
+    model = key.template
 
     def bind(data):
         if not isinstance(data, WithNumbers):
             raise ArgumentTypeError(
-                f"the functions of a {type(template).__name__} problem take its data "
+                f"the functions of a {type(model).__name__} problem take its data "
                 f"with the model's numeric hyperparameters (`problem.data`, a "
                 f"WithNumbers), got {type(data).__name__}")
-        return template.with_numbers(data.numbers), data.data
+        return model.with_numbers(data.numbers), data.data
     return bind
 
 
@@ -185,9 +202,8 @@ def _functions(model, scheme, level, treedef, shapes):
     transforms instead of tracing the model again (the table test's fit/IJ/NS/exact rows:
     tracing 48.6 -> 35.6 s, 136 -> 121 s in all, measured side by side).
     """
-    bind = _binder(model)
-    if isinstance(model, _Structure):
-        model = model.template
+    bind = binder(model)
+    model = template(model)
     sizes = [int(np.prod(s)) for s in shapes]
     splits = np.cumsum(sizes)[:-1].tolist()
     built_in = all(getattr(c, "maps_numpy_rows", False) for c in jax.tree_util.tree_leaves(
@@ -214,12 +230,19 @@ def _functions(model, scheme, level, treedef, shapes):
         return bound.heldout_loss(unravel(u), data, w, level=level)
 
     def window_heldout(u, start, w, context, data):
-        return model.window_heldout_loss(unravel(u), data, start, w, context)
+        bound, data = bind(data)
+        return bound.window_heldout_loss(unravel(u), data, start, w, context)
+
+    def lane_log_prior(u, data):
+        bound, data = bind(data)
+        return bound.log_prior(unravel(u), data)
 
     lanes = None
     if hasattr(model, "lane_potentials"):
+        # the potentials and emissions are of the parameters alone (a model's numbers
+        # enter its prior): with a structure's template a number read there would be NaN
         lanes = Lanes(lambda u: model.lane_potentials(unravel(u)), model.lane_emission,
-                      lambda u, data: model.log_prior(unravel(u), data), model.lane_series)
+                      lane_log_prior, lambda data: model.lane_series(bind(data)[1]))
     return fun, heldout, unravel, window_heldout, lanes
 
 
@@ -283,9 +306,7 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
         engine_data = WithNumbers(prepared, {k: jnp.asarray(v)
                                              for k, v in model.numbers().items()})
     windows = None
-    if numeric:
-        lanes = None
-    elif scheme == "A" and getattr(model, "supports_windows", None) is not None \
+    if scheme == "A" and getattr(model, "supports_windows", None) is not None \
             and model.supports_windows(prepared, level):
         windows = _LazyWindows(model, window_heldout, unravel, prepared, u_full)
     else:
@@ -299,14 +320,12 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
 
 def _numbers_as_arguments(model, level, refit, estimators) -> bool:
     """Whether the problem's functions take ``model``'s numeric hyperparameters as arguments
-    (:class:`WithNumbers`): when it declares some, for units within one structure, and
-    when nothing else of the model reads the problem's data (a refit solver of its own,
-    its own estimators, held-out windows or lanes of a long series); otherwise they stay
+    (:class:`WithNumbers`): when it declares some, for units within one structure (the
+    structure level slices the data by units), and when no function of the model's own
+    reads the problem's data (a refit solver, its own estimators); otherwise they stay
     constants of the programs, compiled per value."""
     return (bool(getattr(model, "numeric_hyperparameters", ())) and level == "within"
-            and refit is None and estimators is None
-            and getattr(model, "supports_windows", None) is None
-            and not hasattr(model, "lane_potentials"))
+            and refit is None and estimators is None)
 
 
 @functools.partial(jit, static_argnums=(0, 1))

@@ -6,6 +6,7 @@ from jax import monitoring
 import approxcv as acv
 from approxcv.errors import ArgumentTypeError
 from approxcv.problem import WithNumbers, make_problem
+from tests.conftest import fit_derivatives, simulate_poisson_hmm
 
 _COMPILES = []
 monitoring.register_event_duration_secs_listener(
@@ -67,3 +68,26 @@ def test_structure_keeps_the_kind_of_weight_and_the_numbers_are_not_optional():
     # the elastic net keeps its weights as constants (its refit solver is built for them)
     enet = acv.models.ElasticNet(0.1, 0.1)
     assert not isinstance(make_problem(enet, (X, y), enet.fit((X, y))).data, WithNumbers)
+
+
+def test_an_hmm_prior_is_an_argument_of_the_fit_and_the_ij():
+    """PoissonHMM at a second Gamma-prior rate: its fit (EM, polish) and IJ compile
+    nothing, and the shared objective differs by exactly the prior's term
+    ``(b_2 - b_1) sum_k lambda_k`` at the same parameters; the second fit is stationary
+    under its own prior."""
+    x = simulate_poisson_hmm(100)
+    folds = acv.folds.iid(len(x), frac=0.1, n_folds=4, seed=0)
+    first, second = acv.models.PoissonHMM(2, rate_rate=1e-3), acv.models.PoissonHMM(
+        2, rate_rate=0.5)
+    acv.cross_validate(first, x, folds, "ij", progress=False, warn=False)
+    before = len(_COMPILES)
+    params = second.fit(x)
+    res = acv.cross_validate(second, x, folds, "ij", params=params, progress=False,
+                             warn=False)
+    assert len(_COMPILES) == before and np.all(np.isfinite(res.fold_loss))
+    one, two = make_problem(first, x, params), make_problem(second, x, params)
+    ones = np.ones(len(x))
+    gap = float(two.fun(two.u_full, ones, two.data)) - float(one.fun(one.u_full, ones,
+                                                                       one.data))
+    assert gap == pytest.approx((0.5 - 1e-3) * float(np.sum(params.rates)), rel=1e-10)
+    assert float(np.linalg.norm(fit_derivatives(two)[1])) < 1e-6

@@ -223,7 +223,7 @@ class AutoregressiveEmissions(HMM):
         solve = batched_minimize(obj.fun, scale, self.max_steps, newton, method)
 
         def one_by_one(u0s, weights):
-            runs = [solve(u[None], w[None], seqs) for u, w in zip(u0s, weights)]
+            runs = [solve(u[None], w[None], obj.data) for u, w in zip(u0s, weights)]
             return jax.tree_util.tree_map(lambda *r: jnp.concatenate(r), *runs)
 
         res = one_by_one(u0s, jnp.ones((len(starts), n)))

@@ -260,7 +260,7 @@ class HMM(ChainWindows, Model):
                                    em.occupancy)
         solve, limit = self._fit_solver(obj.fun, obj.scale, obj.u_full.size)
         # one batch shape for the starts and the perturbation rounds: one compilation
-        solve = padded(solve, max(len(starts), self.n_perturb), seqs,
+        solve = padded(solve, max(len(starts), self.n_perturb), obj.data,
                        threads=self.batch_rows == "map")
         if finished:
             best_u, self.fit_result_ = em.u, em.record
@@ -330,6 +330,10 @@ class HMM(ChainWindows, Model):
     params_type: type = None
     #: fit by EM + Newton polish first (:mod:`approxcv.models.hmm.em`); BFGS otherwise
     fit_em: bool = True
+    #: the Dirichlet priors' concentrations are arguments of the compiled programs
+    #: (:attr:`approxcv.models.base.Model.numeric_hyperparameters`): a model at other prior
+    #: values (``select`` over a prior) reuses them
+    numeric_hyperparameters = ("initial_concentration", "transition_concentration")
     #: batched fits and refits evaluate their rows in sequence on CPU: a ``vmap``ped
     #: forward pass carries the batch through every time step (twice slower)
     batch_rows: str = "map"

@@ -28,6 +28,7 @@ class CategoricalHMMParams(NamedTuple):
 class CategoricalHMM(HMM):
     """Categorical HMM. Data: ``(T,)`` integers in ``[0, n_symbols)``, or a list of them."""
     params_type = CategoricalHMMParams
+    numeric_hyperparameters = HMM.numeric_hyperparameters + ("emission_concentration",)
 
     def __init__(self, n_states: int, n_symbols: int, *, emission_concentration: float = 1.1,
                  **kwargs):

@@ -33,7 +33,7 @@ from ...fitting import rows_in_threads
 from ...optim.em import batched_em
 from ...optim.newton import newton_polish
 from ...optim.quasi_newton import GTOL
-from ...problem import flat_params
+from ...problem import binder, flat_params, function_key, template
 
 #: EM iterations at most, and the tolerance on the decrease of ``F`` per iteration
 #: (relative to the objective's scale, the number of observed steps); if a start is still
@@ -47,23 +47,28 @@ EM_MAX_DIM = 200
 
 
 @functools.lru_cache(maxsize=64)
-def em_parts(model, unravel, level: str, scheme: str = "A"):
+def em_parts(key, unravel, level: str, scheme: str = "A"):
     """``(potentials(u, data), log_partition(phi, w, data), log_prior(u, data))`` of an HMM
-    objective on the flat vector ``u`` (``unravel``: the Problem's); cached per model
-    configuration, so the compiled EM program is reused."""
-    def potentials(u, seqs):
+    objective on the flat vector ``u`` (``unravel``: the Problem's) and the Problem's data;
+    cached per :func:`~approxcv.problem.function_key` (the model, or its structure when its
+    numbers come with the data), so the compiled EM program is reused."""
+    bind, model = binder(key), template(key)
+
+    def potentials(u, data):
+        _, seqs = bind(data)
         params = unravel(u)
         if level == "within":
             return model.log_potentials(params, seqs.x[0], seqs.mask[0])
         return jax.vmap(lambda x, m: model.log_potentials(params, x, m))(seqs.x, seqs.mask)
 
-    def log_partition(phi, w, seqs):
+    def log_partition(phi, w, data):
         if level == "within":
             return chain.weighted_log_marginal(*phi, w, scheme)
         return jnp.dot(w, jax.vmap(chain.log_normalizer)(*phi))
 
-    def log_prior(u, seqs):
-        return model.log_prior(unravel(u), seqs)
+    def log_prior(u, data):
+        bound, seqs = bind(data)
+        return bound.log_prior(unravel(u), seqs)
 
     return potentials, log_partition, log_prior
 
@@ -77,19 +82,22 @@ def _dirichlet_map(counts, concentration):
 
 
 @functools.lru_cache(maxsize=64)
-def closed_form_m_step(model, unravel, level: str):
-    """The exact M-step ``m_step(u, stats, seqs) -> u`` when the model has a closed-form
-    emission M-step (:meth:`HMM._emission_m_step`), else ``None`` (Newton M-step).
+def closed_form_m_step(key, unravel, level: str):
+    """The exact M-step ``m_step(u, stats, data) -> u`` when the model has a closed-form
+    emission M-step (:meth:`HMM._emission_m_step`), else ``None`` (Newton M-step); ``key``
+    and ``data`` as in :func:`em_parts`.
 
     Initial and transition probabilities: Dirichlet MAP of the expected counts (the
     gradients of ``log Z`` in ``log pi`` and ``log A``); emissions: the model's update from
     the posterior marginals ``r (N, K)`` of the ``N`` observed steps, flattened over
     sequences (padded steps carry ``r = 0``).
     """
-    if not model.closed_form_m_step():
+    bind = binder(key)
+    if not template(key).closed_form_m_step():
         return None
 
-    def m_step(u, stats, seqs):
+    def m_step(u, stats, data):
+        model, seqs = bind(data)
         params = unravel(u)
         e_init, e_trans, gamma = stats
         mask, x = ((seqs.mask[0], seqs.x[0]) if level == "within" else (seqs.mask, seqs.x))
@@ -115,11 +123,12 @@ def occupancy(stats, seqs, level: str) -> np.ndarray:
 def em_solver(model, problem, level: str):
     """The batched EM program of an HMM problem (:func:`approxcv.optim.em.batched_em` on
     :func:`em_parts`, the closed-form M-step where the model has one, tolerance ``EM_TOL``):
-    ``solve(u0s, weights, data, max_steps) -> EMResult`` (NumPy). The starts run in
+    ``solve(u0s, weights, problem.data, max_steps) -> EMResult`` (NumPy). The starts run in
     sequence within a program on CPU (``batch_rows="map"``), so a group of them goes to
     each core (:func:`approxcv.fitting.rows_in_threads`)."""
-    solve = batched_em(*em_parts(model, problem.unravel, level), float(problem.scale),
-                       EM_TOL, m_step=closed_form_m_step(model, problem.unravel, level))
+    key = function_key(model, problem.data)
+    solve = batched_em(*em_parts(key, problem.unravel, level), float(problem.scale),
+                       EM_TOL, m_step=closed_form_m_step(key, problem.unravel, level))
     workers = None if getattr(model, "batch_rows", "map") == "map" else 1
 
     def run(u0s, weights, data, max_steps):
@@ -157,7 +166,7 @@ def em_fit(model, problem, u0s, seqs, level: str) -> EMFit:
     solve = em_solver(model, problem, level)
     ones = np.ones((rows, n))
     u0s = np.asarray(u0s, np.float64)
-    res = solve(u0s, ones, seqs, EM_MAX_STEPS)
+    res = solve(u0s, ones, problem.data, EM_MAX_STEPS)
     values = np.where(np.isfinite(np.asarray(res.value)), np.asarray(res.value), np.inf)
     finite = np.isfinite(values) & np.all(np.isfinite(np.asarray(res.u)), axis=1)
     steps = np.asarray(res.num_steps)
@@ -166,13 +175,14 @@ def em_fit(model, problem, u0s, seqs, level: str) -> EMFit:
         return handover
     best = int(np.argmin(values))
     scale = float(problem.scale)
-    u, value, grad_norm = newton_polish(problem.fun, np.asarray(res.u)[best], ones[0], seqs,
+    u, value, grad_norm = newton_polish(problem.fun, np.asarray(res.u)[best], ones[0],
+                                        problem.data,
                                         POLISH_STEPS, stop_gtol=STOP_GTOL * scale,
                                         max_rise=MAX_RISE * scale)
     if not (np.isfinite(value) and grad_norm <= GTOL * scale):
         return handover
     # E-step statistics at the polished point (0 EM iterations; same batch shape)
-    at_fit = solve(np.repeat(u[None], rows, 0), ones, seqs, 0)
+    at_fit = solve(np.repeat(u[None], rows, 0), ones, problem.data, 0)
     values[best] = value
     converged = np.zeros(rows, bool)
     converged[best] = True

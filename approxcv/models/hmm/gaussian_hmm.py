@@ -72,6 +72,8 @@ class GaussianHMM(HMM):
         >>> params = acv.models.GaussianHMM(2).fit(x)
     """
     params_type = GaussianHMMParams
+    numeric_hyperparameters = HMM.numeric_hyperparameters + (
+        "mean_prior_var", "ar_prior_var", "var_shape", "var_scale")
 
     def __init__(self, n_states: int, ar_order: int = 0, *, mean_prior_var: float = 1e4,
                  var_shape: float = 1.1, var_scale: float = 1e-2, ar_prior_var: float = 1.0,

@@ -44,6 +44,7 @@ class PoissonHMM(HMM):
         >>> res = acv.cross_validate(model, x, folds, method="ij", params=params)
     """
     params_type = PoissonHMMParams
+    numeric_hyperparameters = HMM.numeric_hyperparameters + ("rate_shape", "rate_rate")
 
     def __init__(self, n_states: int, *, rate_shape: float = 1.1, rate_rate: float = 1e-3,
                  **kwargs):

@@ -89,7 +89,7 @@ def select_starts(model, seqs, level: str, starts: list) -> tuple[list, dict | N
         return starts, None
     solve = em_solver(model, problem, level)
     u0s = np.stack([flat_params(model, p)[0] for p in starts])
-    res = solve(u0s, np.ones((len(starts), problem.n_units)), sub, EM_MAX_STEPS)
+    res = solve(u0s, np.ones((len(starts), problem.n_units)), problem.data, EM_MAX_STEPS)
     u = np.asarray(res.u)
     values = np.where(np.all(np.isfinite(u), axis=1), np.asarray(res.value), np.nan)
     kept = keep_endpoints(values, int(np.asarray(sub.mask).sum()))

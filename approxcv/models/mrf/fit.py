@@ -32,7 +32,7 @@ from ...optim import batched_minimize
 from ...optim.em import batched_em
 from ...optim.newton import newton_polish, polish_rows
 from ...optim.quasi_newton import GTOL
-from ...problem import flat_params, make_problem
+from ...problem import binder, flat_params, function_key, make_problem
 
 #: EM tolerance on the decrease of ``F`` per iteration, relative to the number of sites;
 #: Newton steps after EM (ending at a gradient norm of ``STOP_GTOL * scale``)
@@ -40,28 +40,38 @@ EM_TOL, POLISH_STEPS, STOP_GTOL = 1e-10, 4, 1e-11
 
 
 @functools.lru_cache(maxsize=32)
-def em_parts(model, unravel, scheme: str = "A"):
+def em_parts(key, unravel, scheme: str = "A"):
     """``(potentials(u, data), log_partition(phi, w, data), log_prior(u, data))`` of the
-    objective on the flat vector ``u``; cached per model configuration."""
+    objective on the flat vector ``u`` and the problem's data; cached per
+    :func:`~approxcv.problem.function_key` (the model, or its structure when beta and the
+    priors come with the data)."""
+    bind = binder(key)
+
     def potentials(u, data):
+        model, data = bind(data)
         return model.emission_log_lik(unravel(u), data)
 
     def log_partition(phi, w, data):
+        model, _ = bind(data)
         unary, pair = model.field_potentials()
         return elimination.weighted_log_marginal(
             model.plan_, unary, pair, phi, w, scheme,
             model.field_log_normalizer() if scheme == "A" else None)
 
     def log_prior(u, data):
+        model, _ = bind(data)
         return model.log_prior(unravel(u))
     return potentials, log_partition, log_prior
 
 
 @functools.lru_cache(maxsize=32)
-def closed_form_m_step(model, unravel):
-    """``m_step(u, stats, data) -> u`` (module docstring) in the flat unconstrained layout."""
+def closed_form_m_step(key, unravel):
+    """``m_step(u, stats, data) -> u`` (module docstring) in the flat unconstrained layout;
+    ``key`` and ``data`` as in :func:`em_parts`."""
+    bind = binder(key)
 
     def m_step(u, stats, data):
+        model, data = bind(data)
         params = unravel(u)
         occ = jnp.sum(stats, axis=0)
         if model.emission == "poisson":
@@ -83,12 +93,13 @@ def fit_potts(model, data):
     n = model.n_sites
     starts = model.init_params(data, None, model.n_init, model.seed)
     problem = make_problem(model, data, starts[0], checked=True)
+    data, key = problem.data, function_key(model, problem.data)   # with beta and the priors
     u0s = np.stack([np.asarray(flat_params(model, p)[0]) for p in starts])
     ones = np.ones((len(starts), n))
     scale = float(problem.scale)
     if model.fit_em:
-        solve = batched_em(*em_parts(model, problem.unravel), scale, EM_TOL,
-                           m_step=closed_form_m_step(model, problem.unravel))
+        solve = batched_em(*em_parts(key, problem.unravel), scale, EM_TOL,
+                           m_step=closed_form_m_step(key, problem.unravel))
         res = solve(u0s, ones, data, model.max_steps)
         values = np.where(np.isfinite(np.asarray(res.value)), np.asarray(res.value), np.inf)
         if np.isfinite(values).any():

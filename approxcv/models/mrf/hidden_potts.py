@@ -172,6 +172,19 @@ class HiddenPotts(Model):
         self.fit_result_: dict | None = None
         self._field_log_z: float | None = None
 
+    #: beta and the priors are arguments of the compiled programs
+    #: (:attr:`approxcv.models.base.Model.numeric_hyperparameters`): a model at another
+    #: beta (a grid in ``select``) reuses every program of its structure
+    numeric_hyperparameters = ("beta", "rate_shape", "rate_rate", "variance_shape",
+                               "variance_scale", "mean_prior_variance")
+
+    def numbers(self) -> dict:
+        """The numeric hyperparameters and ``log Z(beta)`` of the latent field (scheme A's
+        normaliser, computed here, once per model, so that the programs take it as an
+        argument and never eliminate the field for it)."""
+        return {**super().numbers(),
+                "_field_log_z": np.asarray(self.field_log_normalizer(), np.float64)}
+
     @property
     def adjacency(self) -> np.ndarray:
         """The ``(n, n)`` 0/1 adjacency matrix."""

@@ -112,7 +112,7 @@ def test_bad_counts_raise(bad, match):
 def test_fit_is_stationary_and_w1_reproduces_the_objective(fitted):
     model, x, params = fitted
     obj = acv.make_problem(model, x, params)
-    seqs, n = obj.data, obj.n_units
+    seqs, n = obj.data.data, obj.n_units           # the prepared data, without the numbers
     ones = np.ones(n)
     # F and its gradient from the fit's compiled (F, g, H, J) sweep (its Newton polish's)
     full, grad = fit_derivatives(obj)[:2]
@@ -123,7 +123,7 @@ def test_fit_is_stationary_and_w1_reproduces_the_objective(fitted):
         *model.log_potentials(p, x, m)) + model.log_prior(p))(params, seqs.x[0], seqs.mask[0])
     assert np.isclose(float(full), -float(ll), rtol=1e-12)
     scheme_b = acv.make_problem(model, x, params, scheme="B")
-    assert np.isclose(float(full), float(scheme_b.fun(scheme_b.u_full, ones, seqs)),
+    assert np.isclose(float(full), float(scheme_b.fun(scheme_b.u_full, ones, scheme_b.data)),
                       rtol=1e-12)
 
 
@@ -144,7 +144,7 @@ def test_ij_error_is_second_order_in_the_fold_weight(fitted):
     O(eps^2), so its ratio to the parameter change shrinks with eps."""
     model, x, params = fitted
     obj = acv.make_problem(model, x, params)
-    seqs, n = obj.data, obj.n_units
+    n = obj.n_units
     _, _, H, J = fit_derivatives(obj)
     refit = batched_newton_minimize(obj.fun, obj.scale, 50)
     drop = np.zeros(n)
@@ -153,7 +153,7 @@ def test_ij_error_is_second_order_in_the_fold_weight(fitted):
     for eps in (0.2, 0.05):
         w = 1.0 - eps * drop
         u_ij = np.asarray(obj.u_full) - np.linalg.solve(np.asarray(H), np.asarray(J) @ (w - 1))
-        u_ex = np.asarray(refit(obj.u_full[None], jnp.asarray(w)[None], seqs).u)[0]
+        u_ex = np.asarray(refit(obj.u_full[None], jnp.asarray(w)[None], obj.data).u)[0]
         ratios.append(np.linalg.norm(u_ij - u_ex) / np.linalg.norm(u_ex - obj.u_full))
     assert ratios[1] < 0.5 * ratios[0], ratios
 
@@ -168,8 +168,8 @@ def test_schemes_agree_on_leave_future_out(fitted):
     for scheme in ("A", "B"):
         obj = acv.make_problem(model, seqs, params, scheme=scheme, level=level)
         u = obj.u_full + 0.01
-        grads[scheme] = (float(obj.fun(u, jnp.asarray(w), seqs)),
-                         np.asarray(engine.gradient(obj.fun, u, jnp.asarray(w), seqs)))
+        grads[scheme] = (float(obj.fun(u, jnp.asarray(w), obj.data)),
+                         np.asarray(engine.gradient(obj.fun, u, jnp.asarray(w), obj.data)))
     assert np.isclose(grads["A"][0], grads["B"][0], rtol=1e-12)
     np.testing.assert_allclose(grads["A"][1], grads["B"][1], rtol=1e-9, atol=1e-9)
 

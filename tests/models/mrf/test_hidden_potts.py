@@ -6,6 +6,7 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import monitoring
 from jax.scipy.special import gammaln, logsumexp
 
 import approxcv as acv
@@ -14,6 +15,12 @@ from approxcv.errors import (GraphTooWideError, InvalidArgumentError, InvalidDat
 
 #: 9 sites: a 3 x 3 grid plus one diagonal (cycles of length 3 and 4)
 N = 9
+
+#: programs compiled (or loaded from the cache) in this process since the import
+_COMPILES = []
+monitoring.register_event_duration_secs_listener(
+    lambda event, secs, **kw: _COMPILES.append(event)
+    if event == "/jax/core/compile/backend_compile_duration" else None)
 
 
 def _grid():
@@ -39,21 +46,42 @@ def fitted():
     return model, x, model.fit(x)
 
 
+def _enumerated_objective(beta, x, rates, w, scheme):
+    """``F(theta, w)`` by summing over all ``2^9`` latent fields (default priors)."""
+    z = np.array(list(itertools.product(range(2), repeat=N)))
+    edges = [(s, t) for s in range(N) for t in range(s + 1, N) if _grid()[s, t]]
+    ew = np.array([w[s] * w[t] if scheme == "B" else 1.0 for s, t in edges])
+    prior = beta * sum(ew[e] * (z[:, s] == z[:, t]) for e, (s, t) in enumerate(edges))
+    loglik = x[:, None] * np.log(rates) - rates - gammaln(x + 1)[:, None]
+    emit = (w[:, None] * loglik)[np.arange(N), z].sum(1)
+    log_prior = np.sum((1.1 - 1) * np.log(rates) - 1e-3 * rates)
+    return -(logsumexp(prior + emit) - logsumexp(prior)) - log_prior
+
+
 @pytest.mark.parametrize("scheme", ["A", "B"])
 def test_objective_matches_enumeration(scheme):
     model = acv.models.HiddenPotts(_grid(), 2, beta=0.6)
     x, rates = _counts(), np.array([1.5, 8.0])
     w = np.array([1, 0, 1, 0.5, 1, 1, 0, 1, 1.0])
-    z = np.array(list(itertools.product(range(2), repeat=N)))
-    edges = [(s, t) for s in range(N) for t in range(s + 1, N) if _grid()[s, t]]
-    ew = np.array([w[s] * w[t] if scheme == "B" else 1.0 for s, t in edges])
-    prior = 0.6 * sum(ew[e] * (z[:, s] == z[:, t]) for e, (s, t) in enumerate(edges))
-    loglik = x[:, None] * np.log(rates) - rates - gammaln(x + 1)[:, None]
-    emit = (w[:, None] * loglik)[np.arange(N), z].sum(1)
-    log_prior = np.sum((1.1 - 1) * np.log(rates) - 1e-3 * rates)
-    want = -(logsumexp(prior + emit) - logsumexp(prior)) - log_prior
+    want = _enumerated_objective(0.6, x, rates, w, scheme)
     got = model.objective(acv.models.HiddenPottsParams(rates), x, jnp.asarray(w), scheme)
     np.testing.assert_allclose(float(got), want, rtol=1e-11)
+
+
+def test_a_new_beta_compiles_nothing_and_is_the_programs_argument(fitted):
+    """beta is an argument of the fit's and the problem's programs: a fit at another beta
+    compiles nothing, and the shared objective at that beta (its field's log Z too) is
+    the enumerated one."""
+    _, x, _ = fitted
+    before = len(_COMPILES)
+    other = acv.models.HiddenPotts(_grid(), 2, beta=0.9, n_init=2)
+    params = other.fit(x)
+    assert len(_COMPILES) == before and other.fit_result_["method"] == "em"
+    problem = acv.make_problem(other, x, params)
+    w = np.array([1, 0, 1, 0.5, 1, 1, 0, 1, 1.0])
+    got = problem.fun(problem.u_full, jnp.asarray(w), problem.data)
+    np.testing.assert_allclose(float(got), _enumerated_objective(0.9, x, params.rates, w, "A"),
+                               rtol=1e-11)
 
 
 def test_em_and_gradient_fits_reach_the_same_optimum(fitted):
