@@ -296,7 +296,7 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     if not np.all(np.isfinite(np.asarray(u_full))):
         raise InvalidDataError("`params` lie on the boundary of their domain (a probability "
                                "or rate of 0); the unconstrained parameters are infinite")
-    numeric = _numbers_as_arguments(model, level, refit, estimators)
+    numeric = _numbers_as_arguments(model, refit, estimators)
     fun, heldout, unravel, window_heldout, lanes = _functions(
         _Structure(model) if numeric else model, scheme, level, treedef, shapes)
     scale = model.objective_scale(prepared)
@@ -318,13 +318,12 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
                    getattr(model, "batch_rows", "vmap"), None, windows, lanes, estimators)
 
 
-def _numbers_as_arguments(model, level, refit, estimators) -> bool:
+def _numbers_as_arguments(model, refit, estimators) -> bool:
     """Whether the problem's functions take ``model``'s numeric hyperparameters as arguments
-    (:class:`WithNumbers`): when it declares some, for units within one structure (the
-    structure level slices the data by units), and when no function of the model's own
-    reads the problem's data (a refit solver, its own estimators); otherwise they stay
-    constants of the programs, compiled per value."""
-    return (bool(getattr(model, "numeric_hyperparameters", ())) and level == "within"
+    (:class:`WithNumbers`): when it declares some and no function of the model's own reads
+    the problem's data (a refit solver, its own estimators); otherwise they stay constants
+    of the programs, compiled per value."""
+    return (bool(getattr(model, "numeric_hyperparameters", ()))
             and refit is None and estimators is None)
 
 

@@ -15,7 +15,9 @@ The dense Hessian of a batch is built from ``D`` Hessian-vector products in chun
 ``chunk`` (``lax.map``), so memory is ``chunk`` tangents at a time rather than ``D``.
 
 Contract: every leaf of the prepared data has the unit (structure) axis first, as
-:class:`approxcv.models.hmm.Sequences` and the ERM data do; :func:`has_unit_axis` checks it.
+:class:`approxcv.models.hmm.Sequences` and the ERM data do; :func:`has_unit_axis` checks it
+(a model's numeric hyperparameters beside them, :class:`approxcv.problem.WithNumbers`, are
+kept whole).
 """
 from __future__ import annotations
 
@@ -26,19 +28,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..executors import run_batches
+from ..problem import WithNumbers
 from .._batched_map import map_in_batches
 from .._compile import jit
 
 
 def has_unit_axis(data, num_units: int) -> bool:
-    """True when every array leaf of ``data`` has leading dimension ``num_units``."""
+    """True when every array leaf of ``data`` has leading dimension ``num_units`` (of a
+    :class:`~approxcv.problem.WithNumbers`, every leaf of its data: the model's numbers
+    are no units)."""
+    if isinstance(data, WithNumbers):
+        return has_unit_axis(data.data, num_units)
     leaves = jax.tree_util.tree_leaves(data)
     return bool(leaves) and all(np.ndim(x) >= 1 and np.shape(x)[0] == num_units
                                 for x in leaves)
 
 
 def take_units(data, idx):
-    """The slice of ``data`` holding units ``idx`` (leading axis)."""
+    """The slice of ``data`` holding units ``idx`` (leading axis; a
+    :class:`~approxcv.problem.WithNumbers` keeps its numbers whole)."""
+    if isinstance(data, WithNumbers):
+        return data._replace(data=take_units(data.data, idx))
     return jax.tree_util.tree_map(lambda x: x[np.asarray(idx)], data)
 
 

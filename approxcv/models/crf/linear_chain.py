@@ -96,6 +96,10 @@ class LinearChainCRF(Model):
     Data: a list of ``(features (T, F), labels (T,))`` sentences (``T >= 1`` may differ),
     or a :class:`CRFData` from :meth:`prepare`. Default level ``"structure"``.
     """
+    #: the prior variance (the L2 penalty) is an argument of the compiled programs
+    #: (:attr:`approxcv.models.base.Model.numeric_hyperparameters`): ``select`` over it
+    #: compiles the fit and the method once
+    numeric_hyperparameters = ("prior_variance",)
 
     def __init__(self, n_labels: int, *, prior_variance: float = 10.0, bias: bool = True,
                  start_stop: bool = True, max_steps: int = 5000, max_padding: float = 0.5):

@@ -154,6 +154,8 @@ class TimeVaryingPoisson(HMM):
         ...                          params=params)
     """
     params_type = TimeVaryingPoissonParams
+    numeric_hyperparameters = HMM.numeric_hyperparameters + ("day_concentration",
+                                                             "profile_scale")
     #: exact-CV refits use damped Newton (a few dense-Hessian steps) instead of BFGS
     refit_solver = "newton"
 

@@ -160,10 +160,10 @@ def test_neural_arhmm_shapes_gradients_and_unit_weights():
     obj = acv.make_problem(model, prepared, params, level=level)
     # D = (K-1) + K(K-1) + K (H (R p + 1) + R (H + 1)) + K R (R + 1) / 2
     assert obj.u_full.shape == (1 + 2 + 2 * (3 * 5 + 2 * 4) + 2 * 3,)
-    g = engine.gradient(obj.fun, obj.u_full, jnp.ones(n), prepared)
+    g = engine.gradient(obj.fun, obj.u_full, jnp.ones(n), obj.data)
     assert np.all(np.isfinite(np.asarray(g)))
     # jitted evaluations: one program each, not dozens of eagerly compiled operations
-    f1 = float(obj.fun(obj.u_full, jnp.ones(3), prepared))
+    f1 = float(obj.fun(obj.u_full, jnp.ones(3), obj.data))
     lls, prior = jax.jit(lambda p, d: (model.sequence_log_likelihoods(p, d),
                                        model.log_prior(p, d)))(params, prepared)
     np.testing.assert_allclose(f1, -float(np.sum(lls)) - float(prior), rtol=1e-12)
