@@ -197,19 +197,17 @@ def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for, u0=None,
     u = res.u
     lam_path = np.exp(np.asarray(res.path_rho)[:rows_n])
     step_seconds = res.path_time[:rows_n] - t0      # when each accepted step was done
-    rows = []
-    for j in range(rows_n):
-        last = j == rows_n - 1
-        row = {"iteration": j, "acv": acv_path[j], "acv_full": acv_path[j],
-               "grad_norm": float(np.asarray(res.path_grad_norm)[j]),
-               "seconds": float(step_seconds[j]),
-               "test_loss": _test_loss(model, test, u) if last else np.nan}
-        row.update({"lam": lam_path[j, 0]} if lam_path.shape[1] == 1 else
-                   {f"lam_{k}": lam_path[j, k] for k in range(lam_path.shape[1])})
-        rows.append(row)
-    path = pd.DataFrame(rows)
-    if test is None:
-        path = path.drop(columns="test_loss")
+    # built by columns: a frame from a list of row dicts took about 1 ms of an estimator's
+    # 40 ms fit
+    columns = {"iteration": np.arange(rows_n), "acv": acv_path[:rows_n],
+               "acv_full": acv_path[:rows_n],
+               "grad_norm": np.asarray(res.path_grad_norm, np.float64)[:rows_n],
+               "seconds": np.asarray(step_seconds, np.float64)}
+    if test is not None:
+        columns["test_loss"] = np.r_[np.full(rows_n - 1, np.nan), _test_loss(model, test, u)]
+    columns.update({"lam": lam_path[:, 0]} if lam_path.shape[1] == 1 else
+                   {f"lam_{k}": lam_path[:, k] for k in range(lam_path.shape[1])})
+    path = pd.DataFrame(columns)
     converged = bool(res.converged)
     if not converged:
         gmax = float(jnp.max(jnp.abs(res.grad)))

@@ -73,16 +73,31 @@ def parabola_vertex(grid, acv, best: int) -> float:
     return float(np.exp(np.clip(rho, r[0], r[2])))
 
 
+def _search_path(grid, acv, tune) -> pd.DataFrame:
+    """``lam``, ``acv`` and ``stage`` of every grid point, then of every accepted Newton
+    point (``tune``: its result, or ``None``), whose weights are in ``lam`` or, when it
+    tuned several, in ``lam_0..`` (NaN on the grid's rows); built by columns, once (frames built row by row and concatenated took about
+    2 ms of an estimator's 40 ms fit)."""
+    k = 0 if tune is None else len(tune.path)
+    one = k and "lam" in tune.path.columns
+    columns = {"lam": np.r_[grid, tune.path["lam"].to_numpy() if one else np.full(k, np.nan)],
+               "acv": np.r_[acv, tune.path["acv_full"].to_numpy() if k else []],
+               "stage": ["grid"] * len(grid) + ["newton"] * k}
+    for c in ([] if one or not k else [c for c in tune.path.columns if c.startswith("lam_")]):
+        columns[c] = np.r_[np.full(len(grid), np.nan), tune.path[c].to_numpy()]
+    return pd.DataFrame(columns)
+
+
 def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltySearch:
     """Grid over one common weight (``grid`` ``(k,)``, positive), then Newton in all
     ``n_weights`` weights from the best grid point (``max_iter`` steps; 0: grid only)."""
     lams = np.repeat(np.asarray(grid, np.float64)[:, None], n_weights, axis=1)
+    data = model.prepare(data)[0]                   # checked once, for both stages
     u_grid, acv = grid_aloocv(model, data, lams)   # the whole grid: one compiled program
-    rows = [{"lam": float(lam), "acv": float(a), "stage": "grid"} for lam, a in zip(grid, acv)]
-    path = pd.DataFrame(rows)
-    best = int(np.argmin(path["acv"].to_numpy()))
-    lam_best, acv_best = np.full(n_weights, grid[best]), float(path["acv"].iloc[best])
-    lam_start = np.full(n_weights, parabola_vertex(grid, path["acv"].to_numpy(), best))
+    acv = np.asarray(acv, np.float64)
+    best = int(np.argmin(acv))
+    lam_best, acv_best = np.full(n_weights, grid[best]), float(acv[best])
+    lam_start = np.full(n_weights, parabola_vertex(grid, acv, best))
     # the grid's fit at the best point (None where no grid fit converged: the estimator
     # then fits at the chosen weights itself)
     u_best = np.asarray(u_grid[best]) if np.isfinite(acv_best) else None
@@ -108,11 +123,6 @@ def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltyS
                           else None)
         except ApproxCVError:
             pass
-    if refined:
-        new = pd.DataFrame({"acv": tune.path["acv_full"].to_numpy(), "stage": "newton"})
-        lam_cols = [c for c in tune.path.columns if c == "lam" or c.startswith("lam_")]
-        for c in lam_cols:
-            new[c] = tune.path[c].to_numpy()
-        path = pd.concat([path, new], ignore_index=True)
+    path = _search_path(grid, acv, tune if refined else None)
     return PenaltySearch(lam_best, acv_best, path, refined,
                          model.with_lam(lam_best), tune, u_best)

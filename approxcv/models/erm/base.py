@@ -275,8 +275,12 @@ class ERM(Model):
                 for i in range(n)]
 
     def params_to_flat(self, params) -> jax.Array:
-        """``u = (coef, intercept)`` ``(D,)``."""
-        return jnp.concatenate([jnp.ravel(jnp.asarray(p, jnp.float64)) for p in params])
+        """``u = (coef, intercept)`` ``(D,)``: NumPy for NumPy parameters (an eager
+        ``jax.numpy`` concatenation is a program call: about 1 ms per call on CPU, twice in
+        every scikit-learn estimator's fit), ``jax.numpy`` otherwise (traced or device)."""
+        xp = np if all(isinstance(p, (np.ndarray, np.generic, float, int)) for p in params) \
+            else jnp
+        return xp.concatenate([xp.ravel(xp.asarray(p, xp.float64)) for p in params])
 
     def flat_to_params(self, u):
         """Inverse of :meth:`params_to_flat` (NumPy arrays)."""
