@@ -1,12 +1,12 @@
 """Choosing ridge-type penalty weights by ALOOCV for the estimators: a coarse grid in one
 common weight (every grid point's fit and ALOOCV in one compiled program,
 :func:`~approxcv.selection.tuning_gradient.grid_aloocv`), then Newton steps in every weight
-from the best grid point.
+from the vertex of the grid's parabola around its best point.
 
 ``ACV(lam) = 1/n sum_i s_i phi(eta_i^{(-i)}, y_i)`` (ALOOCV, :mod:`approxcv.selection.tuning`). The grid
 makes the search robust on small or (nearly) separable data, where the Newton iteration from a
-poor start can run towards ``lam = 0`` or infinity; the Newton steps then reach the optimum to
-the tuning's gradient tolerance. A Newton result is kept only when it is finite and improves
+poor start can run towards ``lam = 0`` or infinity; the Newton steps then reach the optimum
+until their next step would move ``log lam`` by at most :data:`XTOL`. A Newton result is kept only when it is finite and improves
 on the best grid point (it may leave the grid's range: a group whose weight grows without
 bound is one the data do not support); otherwise the best grid point is the answer and
 ``refined`` is ``False``.
@@ -76,8 +76,8 @@ def parabola_vertex(grid, acv, best: int) -> float:
 def _search_path(grid, acv, tune) -> pd.DataFrame:
     """``lam``, ``acv`` and ``stage`` of every grid point, then of every accepted Newton
     point (``tune``: its result, or ``None``), whose weights are in ``lam`` or, when it
-    tuned several, in ``lam_0..`` (NaN on the grid's rows); built by columns, once (frames built row by row and concatenated took about
-    2 ms of an estimator's 40 ms fit)."""
+    tuned several, in ``lam_0..`` (NaN on the grid's rows). Built by columns, once: frames
+    built row by row and concatenated took about 2 ms of an estimator's 40 ms fit."""
     k = 0 if tune is None else len(tune.path)
     one = k and "lam" in tune.path.columns
     columns = {"lam": np.r_[grid, tune.path["lam"].to_numpy() if one else np.full(k, np.nan)],
@@ -90,7 +90,8 @@ def _search_path(grid, acv, tune) -> pd.DataFrame:
 
 def search_penalty(model, data, grid, n_weights: int, max_iter: int) -> PenaltySearch:
     """Grid over one common weight (``grid`` ``(k,)``, positive), then Newton in all
-    ``n_weights`` weights from the best grid point (``max_iter`` steps; 0: grid only)."""
+    ``n_weights`` weights (``max_iter`` steps; 0: grid only) from the grid's
+    :func:`parabola_vertex` and the best grid point's fit, stopping at ``XTOL``."""
     lams = np.repeat(np.asarray(grid, np.float64)[:, None], n_weights, axis=1)
     data = model.prepare(data)[0]                   # checked once, for both stages
     u_grid, acv = grid_aloocv(model, data, lams)   # the whole grid: one compiled program

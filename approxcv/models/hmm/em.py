@@ -52,10 +52,10 @@ def em_parts(key, unravel, level: str, scheme: str = "A"):
     objective on the flat vector ``u`` (``unravel``: the Problem's) and the Problem's data;
     cached per :func:`~approxcv.problem.function_key` (the model, or its structure when its
     numbers come with the data), so the compiled EM program is reused."""
-    bind, model = binder(key), template(key)
+    bind = binder(key)
 
     def potentials(u, data):
-        _, seqs = bind(data)
+        model, seqs = bind(data)
         params = unravel(u)
         if level == "within":
             return model.log_potentials(params, seqs.x[0], seqs.mask[0])
