@@ -14,6 +14,8 @@ Writes benchmarks/results/sklearn_alo.json (one process, one machine):
 3. alo_score against exact leave-one-out refits of the same scikit-learn estimator on data
    sets with n >= 300: mean relative error of the mean LOO loss, mean relative error per
    sample, and the number of unreliable samples.
+4. ALOSearchCV over five C values, then over five others (first in the process: the first
+   search compiles, the second reuses every program).
 
 Usage: python benchmarks/sklearn_alo.py [--lrcv-n N]  (LogisticRegressionCV on the first N
 samples of a shuffled breast cancer: it refits 20 x n models; default: all 569).
@@ -246,6 +248,23 @@ def alo_vs_exact():
     return rows
 
 
+def search_over_c():
+    """ALOSearchCV over five C values of LogisticRegression on breast cancer, then over five
+    other values: the second search compiles nothing (the penalty weight is an argument of
+    the programs), so it shows the search's own cost."""
+    from approxcv.sklearn import ALOSearchCV
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    out = {}
+    for name, grid in (("first", [0.01, 0.1, 1.0, 10.0, 100.0]),
+                       ("new_values", [0.02, 0.2, 2.0, 20.0, 200.0])):
+        t = time.perf_counter()
+        search = ALOSearchCV(LogisticRegression(max_iter=1000), {"C": grid}).fit(X, y)
+        out[f"{name}_seconds"] = time.perf_counter() - t
+        out[f"{name}_best_C"] = float(search.best_params_["C"])
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--lrcv-n", type=int, default=569)
@@ -254,7 +273,8 @@ def main():
     if args.bbai_only:
         print(json.dumps(bbai_fits()))
         return
-    result = {"breast_cancer_logistic": breast_cancer(args.lrcv_n),
+    result = {"alo_search_over_C": search_over_c(),
+              "breast_cancer_logistic": breast_cancer(args.lrcv_n),
               "ridge_vs_ridgecv": ridge_vs_ridgecv(),
               "alo_score_vs_exact_loo": alo_vs_exact()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
