@@ -74,17 +74,26 @@ def penalty_hessian(penalty_fn, u, lam, aux):
     return jax.hessian(penalty_fn)(u, lam, aux)
 
 
+# The building blocks below are jitted, so inside the tuning programs they are nested calls:
+# each is traced once per argument shapes and its derivatives are transforms of that one
+# trace, which the Newton loop's forward-over-reverse pass through two Newton maps and the
+# closed form reuses (first tuning call with a filled cache 2.2-2.35 -> 1.9-2.0 s,
+# tracing 3.4 -> 2.5 s over the tuning and an estimator's first fit; same programs, same
+# run time)
+@partial(jit, static_argnames=("loss_fn", "penalty_fn"))
 def _objective(u, lam, design, y, aux, loss_fn, penalty_fn):
     """``F(u; lam) = sum_i phi(a_i^T u, y_i) + penalty(u, lam)`` of the smooth problem."""
     return jnp.sum(loss_fn(design @ u, y)) + penalty_fn(u, lam, aux)
 
 
+@partial(jit, static_argnames=("loss_fn", "penalty_fn"))
 def _hessian(u, lam, design, y, aux, loss_fn, penalty_fn):
     """``(terms, H)`` of the smooth problem at ``u``."""
     terms = aloo.glm_terms(loss_fn, design, y, u)
     return terms, aloo.glm_hessian(terms, penalty_hessian(penalty_fn, u, lam, aux))
 
 
+@partial(jit, static_argnames=("loss_fn", "penalty_fn"))
 def _acv_closed_form(u, lam, design, y, aux, subset, loss_fn, penalty_fn):
     """``ACV`` over ``subset`` by Sherman-Morrison (differentiable in ``u`` and ``lam``)."""
     terms, hess = _hessian(u, lam, design, y, aux, loss_fn, penalty_fn)

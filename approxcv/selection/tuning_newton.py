@@ -69,6 +69,7 @@ class NewtonTuneResult(NamedTuple):
     path_time: np.ndarray
 
 
+@partial(jit, static_argnames=("loss_fn", "penalty_fn"))
 def _newton_map(u, lam, design, y, aux, loss_fn, penalty_fn):
     """One Newton step ``u - H^{-1} grad F(u; lam)`` on ``F = sum phi(A u, y) + lam^T r``,
     with ``grad F = A^T phi' + grad r`` and ``H = A^T diag(phi'') A + hess r`` from the
