@@ -96,6 +96,10 @@ class AutoregressiveEmissions(HMM):
     ``_mean_log_prior`` (in standardised units), ``_standardised`` and the
     transforms/initialisation of their mean parameters.
     """
+    #: the covariance priors are arguments of the compiled programs (``cov_dof`` is not:
+    #: ``None`` picks a default by the data)
+    numeric_hyperparameters = HMM.numeric_hyperparameters + ("var_shape", "var_scale",
+                                                             "cov_scale")
 
     def __init__(self, n_states: int, order: int, *, covariance: str = "full",
                  var_shape: float = 1.1, var_scale: float = 1e-2, cov_dof: float | None = None,
@@ -316,6 +320,8 @@ class ARHMM(AutoregressiveEmissions):
         >>> res = acv.cross_validate(model, xs, acv.folds.leave_one_out(6), level="structure")
     """
     params_type = ARHMMParams
+    numeric_hyperparameters = AutoregressiveEmissions.numeric_hyperparameters + (
+        "ar_prior_var", "bias_prior_var")
 
     def __init__(self, n_states: int, order: int = 1, *, covariance: str = "full",
                  weight_prior: str = "matrix_normal", ar_prior_var: float = 1.0,

@@ -80,6 +80,8 @@ class NeuralARHMM(AutoregressiveEmissions):
         >>> params = acv.models.NeuralARHMM(2, order=1, hidden=4).fit(xs)
     """
     params_type = NeuralARHMMParams
+    numeric_hyperparameters = AutoregressiveEmissions.numeric_hyperparameters + (
+        "weight_prior_var", "bias_prior_var")
 
     def __init__(self, n_states: int, order: int = 1, hidden: int = 16, *,
                  covariance: str = "full", weight_prior_var: float = 1.0,
