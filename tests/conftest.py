@@ -1,3 +1,4 @@
+import contextlib
 import os
 
 # XLA's classic CPU emitters for every program of the test process, as approxcv's own
@@ -51,6 +52,28 @@ def _mapped_regions() -> int:
             return sum(1 for _ in f)
     except OSError:
         return MAX_MAPPED_REGIONS + 1
+
+
+#: programs compiled (or loaded from the persistent cache) in this process so far
+_BACKEND_COMPILES = [0]
+
+
+def _count_backend_compiles(event, seconds, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+        _BACKEND_COMPILES[0] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_backend_compiles)
+
+
+@contextlib.contextmanager
+def backend_compiles():
+    """Count the programs compiled (or loaded from the cache) in the block:
+    ``with backend_compiles() as n: ...``, then ``n[0]``."""
+    before = _BACKEND_COMPILES[0]
+    out = [0]
+    yield out
+    out[0] = _BACKEND_COMPILES[0] - before
 
 
 def fit_derivatives(problem):

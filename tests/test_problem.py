@@ -1,17 +1,11 @@
 """approxcv.problem: numeric hyperparameters are arguments of the compiled programs."""
 import numpy as np
 import pytest
-from jax import monitoring
 
 import approxcv as acv
 from approxcv.errors import ArgumentTypeError
 from approxcv.problem import WithNumbers, make_problem
-from tests.conftest import fit_derivatives, simulate_poisson_hmm
-
-_COMPILES = []
-monitoring.register_event_duration_secs_listener(
-    lambda event, secs, **kw: _COMPILES.append(event)
-    if event == "/jax/core/compile/backend_compile_duration" else None)
+from tests.conftest import backend_compiles, fit_derivatives, simulate_poisson_hmm
 
 
 def _data(n=12, seed=0):
@@ -41,15 +35,14 @@ def test_a_new_penalty_weight_compiles_nothing_and_gives_its_own_numbers():
         model = acv.models.Logistic(lam)
         params = model.fit((X, y))
         problems[lam] = make_problem(model, (X, y), params)
-        before = len(_COMPILES)
-        results[lam] = acv.cross_validate(model, (X, y), folds, "exact", params=params,
-                                          progress=False)
-        compiled = len(_COMPILES) - before
+        with backend_compiles() as compiled:
+            results[lam] = acv.cross_validate(model, (X, y), folds, "exact", params=params,
+                                              progress=False)
     assert problems[0.5].fun is problems[4.0].fun
     assert problems[0.5].heldout is problems[4.0].heldout
     assert isinstance(problems[4.0].data, WithNumbers)
     assert float(problems[4.0].data.numbers["lam"]) == 4.0
-    assert compiled == 0
+    assert compiled[0] == 0
     for lam, res in results.items():
         np.testing.assert_allclose(res.fold_loss, _leave_one_out_by_refits(lam, X, y),
                                    rtol=1e-8, atol=1e-10)
@@ -80,11 +73,11 @@ def test_an_hmm_prior_is_an_argument_of_the_fit_and_the_ij():
     first, second = acv.models.PoissonHMM(2, rate_rate=1e-3), acv.models.PoissonHMM(
         2, rate_rate=0.5)
     acv.cross_validate(first, x, folds, "ij", progress=False, warn=False)
-    before = len(_COMPILES)
-    params = second.fit(x)
-    res = acv.cross_validate(second, x, folds, "ij", params=params, progress=False,
-                             warn=False)
-    assert len(_COMPILES) == before and np.all(np.isfinite(res.fold_loss))
+    with backend_compiles() as compiled:
+        params = second.fit(x)
+        res = acv.cross_validate(second, x, folds, "ij", params=params, progress=False,
+                                 warn=False)
+    assert compiled[0] == 0 and np.all(np.isfinite(res.fold_loss))
     one, two = make_problem(first, x, params), make_problem(second, x, params)
     ones = np.ones(len(x))
     gap = float(two.fun(two.u_full, ones, two.data)) - float(one.fun(one.u_full, ones,
