@@ -125,12 +125,18 @@ def _gnorm(g):
     return jnp.max(jnp.abs(g))
 
 
+def _pd_solve(h, g):
+    """``(H^{-1} g, pd)``: the solve by a Cholesky factor of ``H``, and whether ``H`` is
+    positive definite (the factor finite; the solve is then by ``I`` and meaningless)."""
+    chol = jnp.linalg.cholesky(h)
+    pd = jnp.all(jnp.isfinite(chol))
+    return jax.scipy.linalg.cho_solve((jnp.where(pd, chol, jnp.eye(h.shape[0])), True), g), pd
+
+
 def _predicted_step(h, g):
     """``|H^{-1} g|_inf``, the undamped Newton step's length (``inf`` unless ``H`` is
     positive definite)."""
-    chol = jnp.linalg.cholesky(h)
-    pd = jnp.all(jnp.isfinite(chol))
-    d = jax.scipy.linalg.cho_solve((jnp.where(pd, chol, jnp.eye(h.shape[0])), True), g)
+    d, pd = _pd_solve(h, g)
     return jnp.where(pd, _gnorm(d), jnp.inf)
 
 
@@ -169,9 +175,7 @@ def _newton_step(s, design, y, aux, gtol, xtol, *, loss_fn, penalty_fn):
         return acv, grad, 0.5 * (hess + hess.T), reliable
 
     scale = jnp.mean(jnp.abs(jnp.diag(s["h"]))) + 1e-300
-    chol = jnp.linalg.cholesky(s["h"] + s["mu"] * scale * jnp.eye(m, dtype=dtype))
-    pd = jnp.all(jnp.isfinite(chol))
-    d = jax.scipy.linalg.cho_solve((jnp.where(pd, chol, jnp.eye(m)), True), s["g"])
+    d, pd = _pd_solve(s["h"] + s["mu"] * scale * jnp.eye(m, dtype=dtype), s["g"])
     d = d * jnp.minimum(1.0, MAX_STEP / (_gnorm(d) + 1e-300))
     rho_new = s["rho"] - d
     u_new, ok = refit(rho_new, s["u"])
