@@ -37,8 +37,8 @@ class Problem(NamedTuple):
     fun(u, w, data) -> scalar ``F``; heldout(u, w, data) -> ``(fold_loss, point_losses (n,))``;
     data: the prepared data pytree (a :class:`WithNumbers` of them and the model's numeric
     hyperparameters when it declares some: pass ``problem.data`` to ``fun`` and
-    ``heldout``, never the model's prepared data); u_full: ``(D,)`` unconstrained full-data parameters;
-    unravel(u) -> constrained parameter pytree; n_units: ``n``; scale: positive normaliser
+    ``heldout``, never the model's prepared data); u_full: ``(D,)`` unconstrained
+    full-data parameters; unravel(u) -> constrained parameter pytree; n_units: ``n``; scale: positive normaliser
     of ``F`` for optimiser tolerances; starts: ``(R, D)`` unconstrained starting points from
     the model's own initialisation (for exact-CV restarts), possibly empty; key: a hashable
     description of the model configuration, scheme and level (for checkpoints); refit_solver:

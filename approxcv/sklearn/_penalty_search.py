@@ -6,10 +6,10 @@ from the vertex of the grid's parabola around its best point.
 ``ACV(lam) = 1/n sum_i s_i phi(eta_i^{(-i)}, y_i)`` (ALOOCV, :mod:`approxcv.selection.tuning`). The grid
 makes the search robust on small or (nearly) separable data, where the Newton iteration from a
 poor start can run towards ``lam = 0`` or infinity; the Newton steps then reach the optimum
-until their next step would move ``log lam`` by at most :data:`XTOL`. A Newton result is kept only when it is finite and improves
-on the best grid point (it may leave the grid's range: a group whose weight grows without
-bound is one the data do not support); otherwise the best grid point is the answer and
-``refined`` is ``False``.
+until their next step would move ``log lam`` by at most :data:`XTOL`. A Newton result is
+kept only when it is finite and improves on the best grid point (it may leave the grid's
+range: a group whose weight grows without bound is one the data do not support); otherwise
+the best grid point is the answer and ``refined`` is ``False``.
 """
 from __future__ import annotations
 
