@@ -4,7 +4,9 @@
 Four benchmarks, each a function of one size table (``SIZES``):
 
 * ``lwcv_ij``: a PoissonHMM(2) on ``T`` simulated counts (full: T = 10^6), fit, then IJ on
-  1,000 contiguous folds (leave-within-structure-out on one long series);
+  1,000 contiguous folds (leave-within-structure-out on one long series). At T >= 10^5 the
+  fit runs on the host's CPU (``fit_device``): EM is a sequential scan over time, which a
+  GPU runs one step per kernel launch; the IJ runs on the default backend;
 * ``crf_lso``: a linear-chain CRF on simulated sentences, IJ leaving each sentence out
   (CoNLL-2003 is not installed on the device machine, which cannot download it);
 * ``gp_la_loo``: a probit GP (``acv.models.GP``, Laplace) fitted by type-II MAP, then LA-LOO
@@ -14,10 +16,13 @@ Four benchmarks, each a function of one size table (``SIZES``):
 ``python device.py --size {small,full} --out X.json`` runs them on JAX's default backend
 (``JAX_PLATFORMS=cpu`` for the CPU) and writes each one's seconds (fit and CV apart, the
 first call with its compiles and, for the small size, a second warm call) and its numbers
-(fold losses, LOO terms); ``--combine CPU.json DEV.json [FULL.json] --out OUT.json`` joins
-the runs: device, times, and the largest relative difference between the device's and the
-CPU's numbers at the small size. A benchmark that raises is recorded with its error; the
-others still run. ``--only NAME ...`` runs just those benchmarks (e.g. ``--only gp_la_loo``).
+(fold losses, LOO terms) and each result's ``stage_seconds``; ``--combine CPU.json DEV.json
+[FULL.json ...] --out OUT.json`` joins the runs: device, times, and the largest relative
+difference between the device's and the CPU's numbers at the small size (the full-size runs,
+one file per benchmark, are merged). A benchmark that raises is recorded with its error; the
+others still run; the JSON is rewritten after each benchmark, so a run stopped by its time
+limit keeps what it finished. ``--only NAME ...`` runs just those benchmarks (e.g.
+``--only gp_la_loo``).
 """
 from __future__ import annotations
 
@@ -71,15 +76,39 @@ def simulate_sentences(n: int, seed: int = 0, n_features: int = 10, n_labels: in
     return out
 
 
+def on_host_cpu(fn):
+    """``fn()`` with JAX's default device the host's first CPU; its arrays come back as
+    NumPy, so that later calls place them on the default backend."""
+    import jax
+    with jax.default_device(jax.devices("cpu")[0]):
+        out = fn()
+    return jax.tree.map(np.asarray, out)
+
+
+def fitted(name: str, seconds: float) -> None:
+    """A progress line: what a run stopped by its time limit had reached."""
+    print(f"{name}: fitted in {seconds:.2f} s", flush=True)
+
+
+def stages(result) -> dict:
+    return {k: float(v) for k, v in getattr(result, "stage_seconds", {}).items()}
+
+
 def lwcv_ij(acv, s):
+    import jax
     x = simulate_poisson_hmm(s["lwcv_T"])
     model = acv.models.PoissonHMM(2)
-    params, t_fit = timed(lambda: model.fit(x))
+    fit_on_cpu = len(x) >= 100_000 and jax.default_backend() != "cpu"
+    params, t_fit = timed(lambda: on_host_cpu(lambda: model.fit(x)) if fit_on_cpu
+                          else model.fit(x))
+    fitted("lwcv_ij", t_fit)
     folds = acv.folds.contiguous(len(x), 0.001 if len(x) >= 100_000 else 0.02,
                                  s["lwcv_folds"], seed=0)
     ij, t_cv = timed(lambda: acv.cross_validate(model, x, folds, method="ij",
                                                 params=params, progress=False, warn=False))
-    return {"fit_s": t_fit, "cv_s": t_cv, "values": np.asarray(ij.fold_loss).tolist(),
+    return {"fit_s": t_fit, "fit_device": "cpu" if fit_on_cpu else jax.default_backend(),
+            "cv_s": t_cv, "stage_seconds": stages(ij),
+            "values": np.asarray(ij.fold_loss).tolist(),
             "repeat": lambda: acv.cross_validate(model, x, folds, method="ij", params=params,
                                                  progress=False, warn=False)}
 
@@ -88,12 +117,14 @@ def crf_lso(acv, s):
     sents = simulate_sentences(s["crf_sentences"])
     model = acv.models.LinearChainCRF(n_labels=3)
     params, t_fit = timed(lambda: model.fit(sents))
+    fitted("crf_lso", t_fit)
     folds = acv.folds.leave_one_out(len(sents))
     run = lambda: acv.cross_validate(model, sents, folds, method="ij",  # noqa: E731
                                      params=params, level="structure", progress=False,
                                      warn=False)
     ij, t_cv = timed(run)
-    return {"fit_s": t_fit, "cv_s": t_cv, "values": np.asarray(ij.fold_loss).tolist(),
+    return {"fit_s": t_fit, "cv_s": t_cv, "stage_seconds": stages(ij),
+            "values": np.asarray(ij.fold_loss).tolist(),
             "repeat": run}
 
 
@@ -104,11 +135,13 @@ def gp_la_loo(acv, s):
                  1.0, -1.0)
     model, data = acv.models.GP("probit", inference="laplace"), (X, y)
     params, t_fit = timed(lambda: model.fit(data))
+    fitted("gp_la_loo", t_fit)
     folds = acv.folds.leave_one_out(len(y))
     run = lambda: acv.cross_validate(model, data, folds, "la",  # noqa: E731
                                      params=params, progress=False)
     res, t_cv = timed(run)
-    return {"fit_s": t_fit, "cv_s": t_cv, "values": np.asarray(res.fold_loss, float).tolist(),
+    return {"fit_s": t_fit, "cv_s": t_cv, "stage_seconds": stages(res),
+            "values": np.asarray(res.fold_loss, float).tolist(),
             "repeat": run}
 
 
@@ -116,11 +149,13 @@ def exact_batches(acv, s):
     x = simulate_poisson_hmm(s["exact_T"], seed=1)
     model = acv.models.PoissonHMM(2)
     params, t_fit = timed(lambda: model.fit(x))
+    fitted("exact_batches", t_fit)
     folds = acv.folds.iid(len(x), 0.1, s["exact_folds"], seed=0)
     run = lambda: acv.cross_validate(model, x, folds, method="exact",  # noqa: E731
                                      params=params, progress=False, warn=False)
     ex, t_cv = timed(run)
-    return {"fit_s": t_fit, "cv_s": t_cv, "values": np.asarray(ex.fold_loss).tolist(),
+    return {"fit_s": t_fit, "cv_s": t_cv, "stage_seconds": stages(ex),
+            "values": np.asarray(ex.fold_loss).tolist(),
             "repeat": run}
 
 
@@ -128,7 +163,7 @@ BENCHMARKS = {"lwcv_ij": lwcv_ij, "crf_lso": crf_lso, "gp_la_loo": gp_la_loo,
               "exact_batches": exact_batches}
 
 
-def run(size: str, only=None) -> dict:
+def run(size: str, only=None, path=None) -> dict:
     t0 = time.perf_counter()
     import jax
 
@@ -156,8 +191,16 @@ def run(size: str, only=None) -> dict:
         out["benchmarks"][name] = rec
         print(name, {k: v for k, v in rec.items() if k not in ("values", "traceback")},
               flush=True)
-    out["total_s"] = time.perf_counter() - t0
+        out["total_s"] = time.perf_counter() - t0
+        if path:                                # what is finished survives a time limit
+            write(out, path)
     return out
+
+
+def write(result: dict, path: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=1, default=float)
+    os.replace(path + ".tmp", path)
 
 
 def max_rel_diff(a, b) -> float | None:
@@ -167,20 +210,32 @@ def max_rel_diff(a, b) -> float | None:
     return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-12)))
 
 
-def combine(cpu: dict, dev: dict, full: dict | None) -> dict:
-    """Device, times and agreement: the device's small-size numbers against the CPU's."""
-    out = {"device": dev["device"], "jax": dev["jax"], "cpu_reference": cpu["device"],
+def combine(cpu: dict, dev: dict, fulls: list[dict]) -> dict:
+    """Device, times and agreement: the device's small-size numbers against the CPU's; the
+    full-size runs (one file per benchmark, on either backend) merged, with the agreement of
+    the device's full-size numbers with the CPU's where both ran."""
+    first = next((r for r in [dev, *fulls] if r["backend"] not in (None, "cpu")), dev)
+    out = {"device": first["device"], "jax": first["jax"], "cpu_reference": cpu["device"],
+           "missing": [r["missing"] for r in (cpu, dev) if "missing" in r],
            "agreement_small": {}, "small": {}, "full": None}
-    for name, d in dev["benchmarks"].items():
-        c = cpu["benchmarks"].get(name, {})
-        out["agreement_small"][name] = (max_rel_diff(d.get("values", []), c.get("values", []))
-                                        if "error" not in d and "error" not in c else None)
+    for name in {**dev["benchmarks"], **cpu["benchmarks"]}:
+        d, c = dev["benchmarks"].get(name, {}), cpu["benchmarks"].get(name, {})
+        out["agreement_small"][name] = max_rel_diff(d.get("values", []), c.get("values", []))
         out["small"][name] = {"device": {k: v for k, v in d.items() if k != "values"},
                               "cpu": {k: v for k, v in c.items() if k != "values"}}
-    if full is not None:
-        out["full"] = {"sizes": full["sizes"], "total_s": full["total_s"],
-                       "benchmarks": {k: {kk: vv for kk, vv in v.items() if kk != "values"}
-                                      for k, v in full["benchmarks"].items()}}
+    if not fulls:
+        return out
+    out["full"] = {"sizes": fulls[0]["sizes"], "device": {}, "cpu": {}, "agreement": {}}
+    runs = {"device": {}, "cpu": {}}
+    for f in fulls:
+        side = "cpu" if f["backend"] == "cpu" else "device"
+        runs[side].update(f["benchmarks"])
+        for k, v in f["benchmarks"].items():
+            out["full"][side][k] = {kk: vv for kk, vv in v.items() if kk != "values"}
+    for name, d in runs["device"].items():
+        c = runs["cpu"].get(name)
+        if c is not None and "error" not in d and "error" not in c:
+            out["full"]["agreement"][name] = max_rel_diff(d["values"], c["values"])
     return out
 
 
@@ -193,11 +248,13 @@ if __name__ == "__main__":
     args = ap.parse_args()
     if args.combine:
         runs = []
-        for p in args.combine:
-            with open(p) as f:
-                runs.append(json.load(f))
-        result = combine(runs[0], runs[1], runs[2] if len(runs) > 2 else None)
+        for p in args.combine:      # a step that failed or ran out of time left no file
+            if os.path.exists(p):
+                with open(p) as f:
+                    runs.append(json.load(f))
+            else:
+                runs.append({"device": None, "jax": None, "backend": None, "sizes": None,
+                             "benchmarks": {}, "missing": os.path.basename(p)})
+        write(combine(runs[0], runs[1], runs[2:]), args.out)
     else:
-        result = run(args.size, args.only)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1, default=float)
+        run(args.size, args.only, args.out)

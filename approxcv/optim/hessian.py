@@ -40,12 +40,12 @@ def residual_bytes(fun, u, w, data) -> int:
     function and argument shapes. A tangent of a forward-over-reverse sweep carries about
     this much again (measured on a PoissonHMM: 0.95x per tangent in XLA's buffer plan)."""
     key = (fun,) + tuple((jax.tree_util.tree_structure(t),
-                          tuple((np.shape(x), np.result_type(x))
+                          tuple((np.shape(x), jnp.result_type(x))
                                 for x in jax.tree_util.tree_leaves(t)))
                          for t in (u, w, data))
     if key not in _RESIDUALS:
         vjp = jax.eval_shape(lambda v: jax.vjp(lambda x: fun(x, w, data), v)[1],
-                             jax.ShapeDtypeStruct(np.shape(u), np.result_type(u)))
+                             jax.ShapeDtypeStruct(np.shape(u), jnp.result_type(u)))
         if len(_RESIDUALS) > 256:
             _RESIDUALS.clear()
         _RESIDUALS[key] = int(sum(np.prod(np.shape(x)) * np.dtype(x.dtype).itemsize

@@ -108,7 +108,7 @@ def parallel_value_and_derivatives(fun, u, w, data, with_jacobian: bool, workers
     from concurrent.futures import ThreadPoolExecutor
     dim = int(np.shape(u)[0])
     size = -(-dim // workers)
-    eye = np.eye(size * workers, dim, dtype=np.result_type(u))
+    eye = np.eye(size * workers, dim, dtype=jnp.result_type(u))
     part = _compiled_sweep_part()
 
     def run(i):
