@@ -95,8 +95,8 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
     ``M = H`` at ``(u_1, 1)``: :func:`ij_chord_steps` with the Cholesky factor ``chol`` the
     IJ holds, else (matrix-free) :func:`ij_chord_steps_cg` (a row CG could not solve is NaN:
     its estimate unknown, not the fold). Short folds on a long series take
-    :func:`approxcv.engine.windows.taylor_chord_steps` (recorded in ``info``) when its
-    check passes; many long folds of one series go in lanes
+    :func:`approxcv.engine.windows.taylor_chord_steps` (recorded in ``info``; folds its
+    checks do not vouch for take the full passes); many long folds of one series go in lanes
     (:func:`approxcv.engine.lanes.lanes_chord_steps`, whose pass also gives the held-out
     losses at ``params``: ``info["heldout"]``). Applied to the IJ's points this is the IJ's own
     estimate; applied to a refined point ``u*`` it is the next round of the same iteration
@@ -116,10 +116,8 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
                 info["heldout"] = heldout
             return step, rate
         if use_taylor_chord_steps(problem, index):
-            out = taylor_chord_steps(problem, params, index, chol, full, options.progress,
-                                     info=info)
-            if out is not None:
-                return out
+            return taylor_chord_steps(problem, params, index, chol, full, options.progress,
+                                      info=info)
         return full(np.asarray(params), np.asarray(index))
     index = jnp.asarray(index)
     hvp_batch = int(max(1, 2_000_000 // max(problem.n_units, 1)))

@@ -52,3 +52,47 @@ def test_leave_one_out_ij_in_windows_equals_the_full_passes(long_series, monkeyp
     np.testing.assert_allclose(win.fold_loss, full.fold_loss, rtol=1e-8)
     np.testing.assert_allclose(win.error_estimate, full.error_estimate,
                                rtol=0.05, atol=1e-6)
+
+
+def _expansion_case(off):
+    """100 folds with steps ``moved`` 0.01..1 (``M = I``); the expanded corrections are the
+    full passes' times ``1 + off(moved)``."""
+    moved = np.linspace(0.01, 1.0, 100)
+    exact = np.stack([moved, np.zeros(100)], axis=1)
+    taylor = exact * (1.0 + off(moved))[:, None]
+    rate = np.zeros(100)
+
+    def exact_steps(rows):
+        return exact[rows], rate[rows] + 0.5
+    return moved, exact, taylor, rate, exact_steps
+
+
+def test_expansion_checks_shrink_the_step_bound_below_the_folds_it_misses():
+    """The expansion is 20 % off beyond a step of 0.5: the checks find it at the farthest
+    folds, and the bound ends below every failing step; the checked folds keep their full
+    passes."""
+    moved, exact, taylor, rate, exact_steps = _expansion_case(lambda m: 0.2 * (m > 0.5))
+    step = taylor.copy()
+    bound, checked, diffs, ok = windows.verify_expansion(
+        exact_steps, step, rate, np.arange(100), moved, lambda x: np.linalg.norm(x, axis=-1),
+        np.random.default_rng(0))
+    assert ok and bound < 0.5 and checked.size >= 2 * windows.TAYLOR_CHECK_FOLDS // 2
+    assert np.max(diffs) > 0.05 * 0.5                      # the first round failed
+    np.testing.assert_array_equal(step[checked], exact[checked])
+    np.testing.assert_array_equal(rate[checked], 0.5)
+    assert moved[checked].max() == 1.0                      # the farthest fold was checked
+    kept = np.setdiff1d(np.flatnonzero(moved <= bound), checked)
+    np.testing.assert_allclose(step[kept], exact[kept], rtol=1e-15)   # all within the bound
+
+
+def test_expansion_checks_that_never_settle_send_every_fold_to_the_full_passes():
+    moved, exact, taylor, rate, exact_steps = _expansion_case(lambda m: 0.2 + 0 * m)
+    step = taylor.copy()
+    bound, checked, diffs, ok = windows.verify_expansion(
+        exact_steps, step, rate, np.arange(100), moved, lambda x: np.linalg.norm(x, axis=-1),
+        np.random.default_rng(0))
+    # either the rounds ran out or the bound fell below every step: no fold keeps the
+    # expansion, and the checked ones have their full passes
+    assert (not ok) or bound < moved.min()
+    assert checked.size <= windows.TAYLOR_CHECK_ROUNDS * windows.TAYLOR_CHECK_FOLDS
+    np.testing.assert_array_equal(step[checked], exact[checked])
