@@ -32,11 +32,11 @@ ROUNDOFF_DECREASE = 1e-12
 FORWARD_MAX_DIM = 8
 
 
-def value_and_gradient(fun, u, *args):
+def value_and_gradient(fun, u, *args, forward: bool | None = None):
     """``(fun(u, *args), grad_u fun(u, *args))``: forward mode (one vectorised pass of ``D``
-    jvps) where ``D <= FORWARD_MAX_DIM``, else reverse mode."""
+    jvps) where ``forward`` (default: ``D <= FORWARD_MAX_DIM``), else reverse mode."""
     dim = u.shape[0]
-    if dim > FORWARD_MAX_DIM:
+    if not (dim <= FORWARD_MAX_DIM if forward is None else forward):
         return jax.value_and_grad(fun)(u, *args)
     value, grad = jax.vmap(lambda v: jax.jvp(lambda x: fun(x, *args), (u,), (v,)),
                            out_axes=(None, 0))(jnp.eye(dim, dtype=u.dtype))
@@ -59,11 +59,12 @@ def extrapolate(d1, d2, rho):
     return jnp.where(ok, d1 + d2 / jnp.where(ok, 1.0 - rho, 1.0), jnp.nan)
 
 
-def chord_step(fun, chol, u_m, w, data):
+def chord_step(fun, chol, u_m, w, data, forward: bool | None = None):
     """``(correction, rho)`` for one fold: two chord steps from ``u_m`` with ``M = chol
-    chol'`` and the geometric sum of the rest, ``u* = u_m - correction`` (module docstring)."""
+    chol'`` and the geometric sum of the rest, ``u* = u_m - correction`` (module docstring);
+    ``forward``: the gradients' mode (:func:`value_and_gradient`)."""
     def step(u, _):
-        value, r = value_and_gradient(fun, u, w, data)
+        value, r = value_and_gradient(fun, u, w, data, forward=forward)
         d = jsl.cho_solve((chol, True), r)
         return u - d, (value, r, d)
     # a rolled loop of two steps: one copy of the gradient in the program, not two

@@ -241,7 +241,10 @@ def _taylor_chord_steps(heldout, chol, u1, terms, params, index, starts, context
             taylor = value1 + g1 @ d + 0.5 * d @ h1 @ d + jnp.einsum("ijk,i,j,k", t1, d, d,
                                                                      d) / 6.0
             return taylor - heldout(v, start, w, context, data)[0]
-        return chord_step(fold_objective, chol, u, w, data)
+        # reverse mode: with thousands of folds vmapped the tangents' vectorisation buys
+        # nothing (leave-one-out, T = 2 x 10^5, 20,000 folds in windows of 129 steps,
+        # D = 5: 2.70 s forward, 1.30 s reverse, the same corrections to 2e-14)
+        return chord_step(fold_objective, chol, u, w, data, forward=False)
     return map_in_batches(one, (params, index, starts), batch_size)
 
 
