@@ -198,8 +198,9 @@ TAYLOR_CHECK_ATOL = 1e-6
 @partial(jit, static_argnums=(0, 2, 4))
 def _third_order_terms(fun, u1, n: int, data, batch: int):
     """``(F_1, g_1, H_1, T_1)`` of ``F(., 1)`` at ``u_1``; ``T_1`` (``D x D x D``) one
-    Hessian-JVP per coordinate, ``batch`` coordinates vectorised in one pass (``lax.map``:
-    the memory of ``batch`` Hessians' tangents). All ``D`` at once (PoissonHMM(2),
+    Hessian-JVP per coordinate, ``batch`` coordinates vectorised in one pass
+    (:func:`~approxcv._batched_map.map_in_batches`: the memory of ``batch`` Hessians'
+    tangents). All ``D`` at once (PoissonHMM(2),
     T = 10^5): 2.6 s against 8.2 s one at a time, the same tensor to 1e-15."""
     ones = jnp.ones(n, u1.dtype)
 
@@ -207,8 +208,8 @@ def _third_order_terms(fun, u1, n: int, data, batch: int):
         return fun(v, ones, data)
     value, grad = jax.value_and_grad(f)(u1)
     hess = jax.hessian(f)
-    third = jax.lax.map(lambda e: jax.jvp(hess, (u1,), (e,))[1], jnp.eye(u1.shape[0]),
-                        batch_size=batch)
+    third = map_in_batches(lambda e: jax.jvp(hess, (u1,), (e,))[1], jnp.eye(u1.shape[0]),
+                           batch)
     return value, grad, hess(u1), third
 
 
