@@ -36,8 +36,10 @@ from approxcv.problem import make_problem
 
 try:
     from _common import write_json
+    from device import simulate_poisson_hmm
 except ImportError:                                   # run as a module from the repo root
     from benchmarks._common import write_json
+    from benchmarks.device import simulate_poisson_hmm
 
 REPEATS = 3
 N_EXACT = 20
@@ -47,13 +49,6 @@ def _timed(fn):
     t = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t
-
-
-def simulate_counts(t: int, seed: int = 0) -> np.ndarray:
-    """Counts of a 2-state Poisson HMM (rates 5 and 40, staying probability 0.98)."""
-    rng = np.random.default_rng(seed)
-    state = np.cumsum(rng.random(t) < 0.02) % 2
-    return rng.poisson(np.where(state == 0, 5.0, 40.0)).astype(float)
 
 
 def measure(name, model, data, folds, n_exact):
@@ -112,7 +107,7 @@ def main(quick: bool):
                           (d.sids74, d.births74 / 1000.0),
                           acv.folds.leave_one_out(len(d.sids74)), 100)
     t = 20_000 if quick else 100_000
-    out["long"] = {"T": t, **measure("long", acv.models.PoissonHMM(2), simulate_counts(t),
+    out["long"] = {"T": t, **measure("long", acv.models.PoissonHMM(2), simulate_poisson_hmm(t),
                                      acv.folds.contiguous(t, 0.001, 1000, seed=0), N_EXACT)}
     out["load_average_at_end"] = list(os.getloadavg())
     write_json("error_estimate_cost", quick, out)
