@@ -20,13 +20,14 @@ import functools
 import os
 
 import jax
+from ._placement import current_platform
 from .errors import InvalidArgumentError
 
 
 @functools.cache
-def compiler_options() -> dict | None:
-    """XLA options for approxcv's jitted programs (module docstring)."""
-    if jax.default_backend() != "cpu":
+def compiler_options(platform: str = "cpu") -> dict | None:
+    """XLA options for approxcv's programs on ``platform`` (module docstring)."""
+    if platform != "cpu":
         return None
     options = {"xla_cpu_use_fusion_emitters": False}
     try:
@@ -40,7 +41,9 @@ def jit(fun=None, **jit_kwargs):
     """``jax.jit(fun, compiler_options=compiler_options(), **jit_kwargs)``, built at the
     first call; usable as ``@jit``, ``@partial(jit, static_argnums=...)`` or
     ``jit(fun, ...)``. Inside another traced program it is a plain nested ``jax.jit`` (the
-    outer program's options apply). The wrapper keeps ``fun`` as ``__wrapped__``."""
+    outer program's options apply). The options are those of the platform the call runs on
+    (:func:`~approxcv._placement.current_platform`: a program placed on the host's CPU
+    beside an accelerator gets the CPU's). The wrapper keeps ``fun`` as ``__wrapped__``."""
     if fun is None:
         return functools.partial(jit, **jit_kwargs)
     compiled = {}
@@ -51,10 +54,11 @@ def jit(fun=None, **jit_kwargs):
         # objective): a nested jit, which takes no compile options of its own
         nested = any(isinstance(leaf, jax.core.Tracer)
                      for leaf in jax.tree_util.tree_leaves((args, kwargs)))
-        if nested not in compiled:
-            compiled[nested] = (jax.jit(fun, **jit_kwargs) if nested else
-                                jax.jit(fun, compiler_options=compiler_options(), **jit_kwargs))
-        return compiled[nested](*args, **kwargs)
+        key = True if nested else current_platform()
+        if key not in compiled:
+            compiled[key] = (jax.jit(fun, **jit_kwargs) if nested else
+                             jax.jit(fun, compiler_options=compiler_options(key), **jit_kwargs))
+        return compiled[key](*args, **kwargs)
     return call
 
 
@@ -64,9 +68,10 @@ def host_workers() -> int:
     :func:`approxcv.optim.newton.parallel_value_and_derivatives`): on CPU the cores this
     process may use (at most :data:`MAX_HOST_WORKERS`), as each such program — a recursion
     over time — runs on one core; elsewhere 1 (one accelerator runs one program at a
-    time). The environment variable ``APPROXCV_THREADS`` sets it on CPU, above the cap too
+    time; the platform is the placement's, :func:`~approxcv._placement.current_platform`).
+    The environment variable ``APPROXCV_THREADS`` sets it on CPU, above the cap too
     (``1``: one program at a time, e.g. on a machine shared with other jobs)."""
-    if jax.default_backend() != "cpu":
+    if current_platform() != "cpu":
         return 1
     if os.environ.get("APPROXCV_THREADS"):          # the user's limit (1: one at a time)
         try:

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from ._placement import placed
 from ._validate import check_choice
 from .engine.audit import audit_folds
 from .engine.heldout import heldout_losses
@@ -63,7 +64,12 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             ``audit=k``: exact refits of ``k`` random folds, the measured error with a 95 %
             confidence interval in ``diagnostics["audit"]``; ``in_sample=True``: also the
             held-out losses at the full-data fit, ``diagnostics["lpd_full"]`` (one more
-            held-out pass), from which ``to_arviz()`` reports ``p = lpd - elpd``.
+            held-out pass), from which ``to_arviz()`` reports ``p = lpd - elpd``;
+            ``device``: where the fit and the method run — ``"auto"`` (default: a model
+            whose work is a recursion over time, an HMM, on the host's CPU when JAX's
+            default backend is an accelerator, every other model on JAX's default device),
+            ``"default"`` or ``"cpu"``; the environment variable ``APPROXCV_DEVICE`` sets
+            the default; the platform used is ``diagnostics["device"]``.
 
     Returns:
         :class:`~approxcv.results.CVResult`; folds a method cannot vouch for are listed in
@@ -83,92 +89,98 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     check_choice("level", level, ("within", "structure", None))
     opts = Options(**options)  # every option checked before the data are touched
     check_model(model)
-    method = method or getattr(model, "default_method", "ij")
-    fn, local, refits = get_method(method)
-    prepared, level, n_units = model.prepare(data, level)
-    opts = dataclasses.replace(opts, level=level)
-    for name in ("checkpoint", "restarts"):
-        if getattr(opts, name) is not None and not refits:
-            raise InvalidArgumentError(f"`{name}` applies to methods that refit folds "
-                                       f"(e.g. 'exact'); method={method!r} does not use it")
-    if opts.audit and not local and refits:
-        raise InvalidArgumentError("`audit` measures an approximate method against exact "
-                                   f"refits; method={method!r} refits every fold itself")
-    folds = as_folds(folds, n_units)
-    fit_seconds = None
-    if params is None:
-        t = time.perf_counter()
-        params = model.fit(prepared, level)
-        fit_seconds = time.perf_counter() - t
-    params = model.check_params(params, prepared, level)
-    t_start = time.perf_counter()
-    restarts = 0
-    if refits:
-        dim = int(flat_params(model, params)[0].shape[0])
-        restarts = (default_restarts(dim, getattr(model, "refit_restarts", None))
-                    if opts.restarts is None else int(opts.restarts))
-    problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
-                           restarts=restarts, checked=True)
-    if (opts.audit or opts.in_sample) and problem.estimators is not None:
-        raise InvalidArgumentError(
-            f"`{'audit' if opts.audit else 'in_sample'}` evaluates the engine's refits or "
-            f"held-out losses; {model!r} computes its own methods (method='exact' refits "
-            "every fold, 'auto' the folds it cannot vouch for)")
-    if opts.audit or (local and refits):     # exact refits of the model itself, with starts
-        dim = int(problem.u_full.shape[0])
-        problem = problem._replace(for_refits=functools.partial(
-            make_problem, model, prepared, params, scheme=scheme, level=level, checked=True,
-            restarts=restarts if refits else default_restarts(
-                dim, getattr(model, "refit_restarts", None))))
-    params_flat, diagnostics = fn(problem, folds, opts)
-    stages = dict(diagnostics.pop("stage_seconds", {}))
-    t_heldout = time.perf_counter()
-    index = folds.padded()
-    if "heldout" in diagnostics:             # the method evaluated its folds already
-        fold_loss, points = diagnostics.pop("heldout")
-    else:
-        fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
-                                           opts.progress, diagnostics)
-    stages["heldout"] = stages.get("heldout", 0.0) + time.perf_counter() - t_heldout
-    diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
-    if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
-        t_est = time.perf_counter()
-        est = estimate_errors(problem, params_flat, fold_loss, index,
-                              diagnostics.pop("chord_correction"), opts.batch_size,
-                              opts.progress, points=False)[0]
-        diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
-        causes = unreliable_causes(diagnostics.get("unreliable"), len(folds))
-        causes["error_estimate_above_tol"] = ~(est <= opts.tol)
-        diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)
-        stages["error_estimate"] = (stages.get("error_estimate", 0.0)
-                                    + time.perf_counter() - t_est)
-    if opts.in_sample:                       # log p(x_o | x_kept; theta_full): p = lpd - elpd
-        t_in = time.perf_counter()
-        full = np.broadcast_to(np.asarray(problem.u_full), (len(folds), problem.u_full.shape[0]))
-        _, points_full = heldout_losses(problem, np.ascontiguousarray(full), index,
-                                        opts.batch_size, opts.progress)
-        points_full = np.asarray(points_full)
-        diagnostics["lpd_full"] = -np.concatenate(
-            [points_full[i, :size] for i, size in enumerate(folds.sizes)])
-        stages["in_sample"] = time.perf_counter() - t_in
-    if opts.audit:
-        t_audit = time.perf_counter()
-        diagnostics["audit"] = audit_folds(problem, folds, fold_loss, opts)
-        stages["audit"] = time.perf_counter() - t_audit
-    seconds = time.perf_counter() - t_start
-    diagnostics["num_params"] = int(problem.u_full.shape[0])
-    record_unreliable(diagnostics, fold_loss, folds, method, opts.warn)
-    sizes = folds.sizes
-    if np.all(sizes == points.shape[1]):     # folds of one size: rows, no copy
-        point_loss = list(np.asarray(points))
-    else:
-        point_loss = np.split(points[np.arange(points.shape[1]) < sizes[:, None]],
-                              np.cumsum(sizes)[:-1])
-    params_flat = np.asarray(params_flat)
-    stacked = problem.unravel(params_flat)
-    return CVResult(method=method, scheme=scheme if level == "within" else None, level=level,
-                    folds=folds, fold_loss=fold_loss, point_loss=point_loss, params=stacked,
-                    params_flat=params_flat, seconds=seconds,
-                    stage_seconds=stages,
-                    diagnostics=diagnostics, fit_seconds=fit_seconds,
-                    fingerprint=result_fingerprint(data, folds, level))
+    # the model's work on its device (:mod:`approxcv._placement`); warnings keep pointing
+    # at the caller (no extra frame)
+    with placed(getattr(model, "compute_profile", None), opts.device) as platform:
+        method = method or getattr(model, "default_method", "ij")
+        fn, local, refits = get_method(method)
+        prepared, level, n_units = model.prepare(data, level)
+        opts = dataclasses.replace(opts, level=level)
+        for name in ("checkpoint", "restarts"):
+            if getattr(opts, name) is not None and not refits:
+                raise InvalidArgumentError(f"`{name}` applies to methods that refit folds "
+                                           f"(e.g. 'exact'); method={method!r} does not use it")
+        if opts.audit and not local and refits:
+            raise InvalidArgumentError("`audit` measures an approximate method against exact "
+                                       f"refits; method={method!r} refits every fold itself")
+        folds = as_folds(folds, n_units)
+        fit_seconds = None
+        if params is None:
+            t = time.perf_counter()
+            params = model.fit(prepared, level)
+            fit_seconds = time.perf_counter() - t
+        params = model.check_params(params, prepared, level)
+        t_start = time.perf_counter()
+        restarts = 0
+        if refits:
+            dim = int(flat_params(model, params)[0].shape[0])
+            restarts = (default_restarts(dim, getattr(model, "refit_restarts", None))
+                        if opts.restarts is None else int(opts.restarts))
+        problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
+                               restarts=restarts, checked=True)
+        if (opts.audit or opts.in_sample) and problem.estimators is not None:
+            raise InvalidArgumentError(
+                f"`{'audit' if opts.audit else 'in_sample'}` evaluates the engine's refits or "
+                f"held-out losses; {model!r} computes its own methods (method='exact' refits "
+                "every fold, 'auto' the folds it cannot vouch for)")
+        if opts.audit or (local and refits):     # exact refits of the model itself, with starts
+            dim = int(problem.u_full.shape[0])
+            problem = problem._replace(for_refits=functools.partial(
+                make_problem, model, prepared, params, scheme=scheme, level=level, checked=True,
+                restarts=restarts if refits else default_restarts(
+                    dim, getattr(model, "refit_restarts", None))))
+        params_flat, diagnostics = fn(problem, folds, opts)
+        stages = dict(diagnostics.pop("stage_seconds", {}))
+        t_heldout = time.perf_counter()
+        index = folds.padded()
+        if "heldout" in diagnostics:             # the method evaluated its folds already
+            fold_loss, points = diagnostics.pop("heldout")
+        else:
+            fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
+                                               opts.progress, diagnostics)
+        stages["heldout"] = stages.get("heldout", 0.0) + time.perf_counter() - t_heldout
+        diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
+        if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
+            t_est = time.perf_counter()
+            est = estimate_errors(problem, params_flat, fold_loss, index,
+                                  diagnostics.pop("chord_correction"), opts.batch_size,
+                                  opts.progress, points=False)[0]
+            diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
+            causes = unreliable_causes(diagnostics.get("unreliable"), len(folds))
+            causes["error_estimate_above_tol"] = ~(est <= opts.tol)
+            diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)
+            stages["error_estimate"] = (stages.get("error_estimate", 0.0)
+                                        + time.perf_counter() - t_est)
+        if opts.in_sample:                       # log p(x_o | x_kept; theta_full): p = lpd - elpd
+            t_in = time.perf_counter()
+            full = np.broadcast_to(np.asarray(problem.u_full),
+                                   (len(folds), problem.u_full.shape[0]))
+            _, points_full = heldout_losses(problem, np.ascontiguousarray(full), index,
+                                            opts.batch_size, opts.progress)
+            points_full = np.asarray(points_full)
+            diagnostics["lpd_full"] = -np.concatenate(
+                [points_full[i, :size] for i, size in enumerate(folds.sizes)])
+            stages["in_sample"] = time.perf_counter() - t_in
+        if opts.audit:
+            t_audit = time.perf_counter()
+            diagnostics["audit"] = audit_folds(problem, folds, fold_loss, opts)
+            stages["audit"] = time.perf_counter() - t_audit
+        seconds = time.perf_counter() - t_start
+        diagnostics["num_params"] = int(problem.u_full.shape[0])
+        diagnostics["device"] = platform
+        record_unreliable(diagnostics, fold_loss, folds, method, opts.warn)
+        sizes = folds.sizes
+        if np.all(sizes == points.shape[1]):     # folds of one size: rows, no copy
+            point_loss = list(np.asarray(points))
+        else:
+            point_loss = np.split(points[np.arange(points.shape[1]) < sizes[:, None]],
+                                  np.cumsum(sizes)[:-1])
+        params_flat = np.asarray(params_flat)
+        stacked = problem.unravel(params_flat)
+        return CVResult(method=method, scheme=scheme if level == "within" else None,
+                        level=level, folds=folds, fold_loss=fold_loss,
+                        point_loss=point_loss, params=stacked,
+                        params_flat=params_flat, seconds=seconds,
+                        stage_seconds=stages,
+                        diagnostics=diagnostics, fit_seconds=fit_seconds,
+                        fingerprint=result_fingerprint(data, folds, level))

@@ -44,6 +44,7 @@ import jax
 import numpy as np
 
 from ._compile import host_workers
+from ._placement import carry_placement
 from ._progress import progress_bar
 from .errors import ArgumentTypeError, ClosedExecutorError, InvalidArgumentError, NoWorkersError
 
@@ -277,6 +278,7 @@ def _submit(executor, task, batches, desc: str):
     try:
         if _needs_pickling(executor):
             return _submit_pickled(executor, cloudpickle.dumps(task), batches)
+        task = carry_placement(task)        # threads of this process: the caller's device
         return [executor.submit(task, *b) for b in batches]
     except RuntimeError as err:
         if not isinstance(executor, Executor):

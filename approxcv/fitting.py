@@ -16,6 +16,7 @@ import numpy as np
 from .errors import ConvergenceWarning, FitError
 from .optim import MAX_DENSE_DIM, MinimizeResult
 from ._compile import host_workers
+from ._placement import carry_placement
 
 __all__ = ["best_start", "perturbation_restarts", "padded", "pad_rows", "rows_in_threads",
            "fit_method", "MAX_PERTURB_ROUNDS"]
@@ -78,7 +79,7 @@ def rows_in_threads(solve, row_args, *shared, workers: int | None = None):
         return jax.tree_util.tree_map(
             np.asarray, solve(*(a[i * size:(i + 1) * size] for a in args), *shared))
     with ThreadPoolExecutor(workers) as pool:
-        parts = list(pool.map(group, range(workers)))
+        parts = list(pool.map(carry_placement(group), range(workers)))
     return jax.tree_util.tree_map(lambda *p: np.concatenate(p)[:m], *parts)
 
 

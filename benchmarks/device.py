@@ -4,14 +4,19 @@
 Four benchmarks, each a function of one size table (``SIZES``):
 
 * ``lwcv_ij``: a PoissonHMM(2) on ``T`` simulated counts (full: T = 10^6), fit, then IJ on
-  1,000 contiguous folds (leave-within-structure-out on one long series). At T >= 10^5 the
-  fit runs on the host's CPU (``fit_device``): EM is a sequential scan over time, which a
-  GPU runs one step per kernel launch; the IJ runs on the default backend;
+  1,000 contiguous folds (leave-within-structure-out on one long series);
 * ``crf_lso``: a linear-chain CRF on simulated sentences, IJ leaving each sentence out
   (CoNLL-2003 is not installed on the device machine, which cannot download it);
 * ``gp_la_loo``: a probit GP (``acv.models.GP``, Laplace) fitted by type-II MAP, then LA-LOO
   (``cross_validate(..., leave_one_out, "la")``; full: n = 5,000);
 * ``exact_batches``: exact CV (warm-started refits in batches) of a PoissonHMM(2).
+
+approxcv places an HMM's fit and cross-validation on the host's CPU beside an accelerator
+(``approxcv._placement``: a recursion over time runs one kernel launch per step on a GPU);
+each record names where its CV ran (``cv_device``, from ``diagnostics["device"]``). At the
+small size, on an accelerator, the two HMM benchmarks also run with ``device="default"``
+(the GPU), first and warm call, so the JSON shows what the placement saves
+(``cv_default_s``, ``cv_warm_default_s``).
 
 ``python device.py --size {small,full} --out X.json`` runs them on JAX's default backend
 (``JAX_PLATFORMS=cpu`` for the CPU) and writes each one's seconds (fit and CV apart, the
@@ -76,15 +81,6 @@ def simulate_sentences(n: int, seed: int = 0, n_features: int = 10, n_labels: in
     return out
 
 
-def on_host_cpu(fn):
-    """``fn()`` with JAX's default device the host's first CPU; its arrays come back as
-    NumPy, so that later calls place them on the default backend."""
-    import jax
-    with jax.default_device(jax.devices("cpu")[0]):
-        out = fn()
-    return jax.tree.map(np.asarray, out)
-
-
 def fitted(name: str, seconds: float) -> None:
     """A progress line: what a run stopped by its time limit had reached."""
     print(f"{name}: fitted in {seconds:.2f} s", flush=True)
@@ -95,22 +91,19 @@ def stages(result) -> dict:
 
 
 def lwcv_ij(acv, s):
-    import jax
     x = simulate_poisson_hmm(s["lwcv_T"])
     model = acv.models.PoissonHMM(2)
-    fit_on_cpu = len(x) >= 100_000 and jax.default_backend() != "cpu"
-    params, t_fit = timed(lambda: on_host_cpu(lambda: model.fit(x)) if fit_on_cpu
-                          else model.fit(x))
+    params, t_fit = timed(lambda: model.fit(x))
     fitted("lwcv_ij", t_fit)
     folds = acv.folds.contiguous(len(x), 0.001 if len(x) >= 100_000 else 0.02,
                                  s["lwcv_folds"], seed=0)
-    ij, t_cv = timed(lambda: acv.cross_validate(model, x, folds, method="ij",
-                                                params=params, progress=False, warn=False))
-    return {"fit_s": t_fit, "fit_device": "cpu" if fit_on_cpu else jax.default_backend(),
-            "cv_s": t_cv, "stage_seconds": stages(ij),
-            "values": np.asarray(ij.fold_loss).tolist(),
-            "repeat": lambda: acv.cross_validate(model, x, folds, method="ij", params=params,
-                                                 progress=False, warn=False)}
+    run = lambda device=None: acv.cross_validate(  # noqa: E731
+        model, x, folds, method="ij", params=params, progress=False, warn=False,
+        device=device)
+    ij, t_cv = timed(run)
+    return {"fit_s": t_fit, "cv_s": t_cv, "cv_device": ij.diagnostics.get("device"),
+            "stage_seconds": stages(ij), "values": np.asarray(ij.fold_loss).tolist(),
+            "repeat": run}
 
 
 def crf_lso(acv, s):
@@ -123,7 +116,8 @@ def crf_lso(acv, s):
                                      params=params, level="structure", progress=False,
                                      warn=False)
     ij, t_cv = timed(run)
-    return {"fit_s": t_fit, "cv_s": t_cv, "stage_seconds": stages(ij),
+    return {"fit_s": t_fit, "cv_s": t_cv, "cv_device": ij.diagnostics.get("device"),
+            "stage_seconds": stages(ij),
             "values": np.asarray(ij.fold_loss).tolist(),
             "repeat": run}
 
@@ -140,7 +134,8 @@ def gp_la_loo(acv, s):
     run = lambda: acv.cross_validate(model, data, folds, "la",  # noqa: E731
                                      params=params, progress=False)
     res, t_cv = timed(run)
-    return {"fit_s": t_fit, "cv_s": t_cv, "stage_seconds": stages(res),
+    return {"fit_s": t_fit, "cv_s": t_cv, "cv_device": res.diagnostics.get("device"),
+            "stage_seconds": stages(res),
             "values": np.asarray(res.fold_loss, float).tolist(),
             "repeat": run}
 
@@ -151,16 +146,20 @@ def exact_batches(acv, s):
     params, t_fit = timed(lambda: model.fit(x))
     fitted("exact_batches", t_fit)
     folds = acv.folds.iid(len(x), 0.1, s["exact_folds"], seed=0)
-    run = lambda: acv.cross_validate(model, x, folds, method="exact",  # noqa: E731
-                                     params=params, progress=False, warn=False)
+    run = lambda device=None: acv.cross_validate(  # noqa: E731
+        model, x, folds, method="exact", params=params, progress=False, warn=False,
+        device=device)
     ex, t_cv = timed(run)
-    return {"fit_s": t_fit, "cv_s": t_cv, "stage_seconds": stages(ex),
+    return {"fit_s": t_fit, "cv_s": t_cv, "cv_device": ex.diagnostics.get("device"),
+            "stage_seconds": stages(ex),
             "values": np.asarray(ex.fold_loss).tolist(),
             "repeat": run}
 
 
 BENCHMARKS = {"lwcv_ij": lwcv_ij, "crf_lso": crf_lso, "gp_la_loo": gp_la_loo,
               "exact_batches": exact_batches}
+#: the benchmarks approxcv places on the host's CPU beside an accelerator (HMMs)
+PLACED = ("lwcv_ij", "exact_batches")
 
 
 def run(size: str, only=None, path=None) -> dict:
@@ -183,6 +182,9 @@ def run(size: str, only=None, path=None) -> dict:
                 repeat = rec.pop("repeat")
                 if size == "small":             # a warm call: the compiles are done
                     rec["cv_warm_s"] = timed(repeat)[1]
+                    if name in PLACED and jax.default_backend() != "cpu":
+                        rec["cv_default_s"] = timed(lambda: repeat("default"))[1]
+                        rec["cv_warm_default_s"] = timed(lambda: repeat("default"))[1]
             rec["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:200]}"
                                       for w in caught})
         except Exception as err:  # noqa: BLE001  (recorded; the other benchmarks still run)

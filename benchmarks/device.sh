@@ -9,13 +9,14 @@
 # benchmarks/results/device[_small].json. The whole script ends by DEVICE_DEADLINE seconds
 # (460: under eight minutes); a step that runs out of time is missing from the JSON, not
 # waited for (a loaded CPU machine checking the script may need a larger deadline):
-#   1. in the background, on the host's CPU: the small sizes (the reference numbers), then
-#      the LWCV benchmark at full size (the CPU's time and numbers at the headline size);
+#   1. in the background, on the host's CPU: the small sizes (the reference numbers);
 #   2. the small sizes on the default backend (the accelerator when there is one; at most
-#      DEVICE_SMALL_TIMEOUT, 150 s);
-#   3. each benchmark at full size on the accelerator, one process each, with its own limit
-#      (gp_la_loo 70 s, crf_lso and exact_batches 60 s, then lwcv_ij whatever is left), so
-#      one slow benchmark cannot take the others' time; each writes what it finished.
+#      DEVICE_SMALL_TIMEOUT, 150 s), the HMM benchmarks also with device="default";
+#   3. each benchmark at full size with approxcv's placement (the GP and the CRF on the
+#      accelerator, the HMMs on the host's CPU: approxcv._placement), one process each,
+#      with its own limit (gp_la_loo 70 s, crf_lso and exact_batches 60 s, then lwcv_ij
+#      whatever is left), so one slow benchmark cannot take the others' time; each writes
+#      what it finished.
 # JAX with its CUDA plugin must be installed (the device image has jax and
 # jax-cuda13-plugin 0.11.2); nothing is downloaded.
 set -u
@@ -35,16 +36,9 @@ left() { echo $(( DEADLINE - ($(date +%s) - start) )); }
 limit() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo "$(( l > 1 ? l : 1 ))"; }
 
 # 1. the CPU: fresh compilation caches, so its first-call times are honest
-(
-    JAX_PLATFORMS=cpu APPROXCV_COMPILATION_CACHE_DIR="$TMP/cache_cpu" \
-        timeout "$(limit 240)" "$PY" "$HERE/device.py" --size small \
-        --out "$TMP/cpu_small.json" > "$TMP/cpu_small.log" 2>&1
-    if [ "$SIZE" = full ]; then
-        JAX_PLATFORMS=cpu APPROXCV_COMPILATION_CACHE_DIR="$TMP/cache_cpu" \
-            timeout "$(limit 400)" "$PY" "$HERE/device.py" --size full --only lwcv_ij \
-            --out "$TMP/full_cpu_lwcv_ij.json" > "$TMP/cpu_full.log" 2>&1
-    fi
-) &
+JAX_PLATFORMS=cpu APPROXCV_COMPILATION_CACHE_DIR="$TMP/cache_cpu" \
+    timeout "$(limit 240)" "$PY" "$HERE/device.py" --size small \
+    --out "$TMP/cpu_small.json" > "$TMP/cpu_small.log" 2>&1 &
 cpu_pid=$!
 # 2. the small sizes on the default backend
 APPROXCV_COMPILATION_CACHE_DIR="$TMP/cache_dev" timeout "$(limit "${DEVICE_SMALL_TIMEOUT:-150}")" \
@@ -61,7 +55,7 @@ if [ "$SIZE" = full ]; then
     done
 fi
 wait "$cpu_pid" || true
-cat "$TMP/cpu_small.log" "$TMP/cpu_full.log" 2>/dev/null
+cat "$TMP/cpu_small.log" 2>/dev/null
 status=0
 for f in "${files[@]}"; do      # combined all the same: the JSON names what is missing
     [ -f "$f" ] || { echo "device.sh: $f missing (a step failed or timed out)" >&2; status=1; }

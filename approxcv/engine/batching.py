@@ -16,6 +16,7 @@ import numpy as np
 from ..optim.hessian import data_entries
 from .._batched_map import map_in_batches
 from .._compile import host_workers, jit
+from .._placement import carry_placement, current_platform
 from .._progress import progress_bar
 
 __all__ = ["fold_weights", "fold_indicator", "fold_points",
@@ -49,7 +50,7 @@ def fold_batch_size(problem, n_folds: int) -> int:
     declares ``batch_rows="map"`` on CPU (an HMM's forward pass ``vmap``-ped over 400 folds
     ran about 4x slower than over 8-16 at a time, T = 5,000)."""
     size = heldout_batch_size(problem.n_units, problem.data, n_folds)
-    if getattr(problem, "batch_rows", "vmap") == "map" and jax.default_backend() == "cpu":
+    if getattr(problem, "batch_rows", "vmap") == "map" and current_platform() == "cpu":
         size = min(size, SEQUENTIAL_ROWS_BATCH)
     return size
 
@@ -144,7 +145,7 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True,
         with ThreadPoolExecutor(workers) as pool:
             pending = set()
             for start in starts:                # at most ``workers`` chunks in flight
-                pending.add(pool.submit(call, start))
+                pending.add(pool.submit(carry_placement(call), start))
                 if len(pending) >= workers:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for f in done:

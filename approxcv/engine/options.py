@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._validate import check_choice, check_positive, check_positive_int
+from .._placement import device_choice
 from ..errors import InvalidArgumentError
 from ..optim.hessian import SWEEP_BYTES
 from ..optim.pd import MAX_DENSE_DIM
@@ -39,7 +40,9 @@ class Options:
     random folds to measure the error of a method; hessian_diagonal: ``lambda >= 0`` added to
     the diagonal of ``H`` by ``ij`` (dense) before factoring, to keep it invertible far from
     an optimum (recorded); in_sample: also the held-out losses at the full-data fit
-    (``diagnostics["lpd_full"]``: ``p = lpd - elpd`` in ``to_arviz()``); extra:
+    (``diagnostics["lpd_full"]``: ``p = lpd - elpd`` in ``to_arviz()``); device:
+    ``"auto"``/``"default"``/``"cpu"``, where the run's programs go (``None``: the
+    environment variable ``APPROXCV_DEVICE``, else ``"auto"``; :mod:`approxcv._placement`); extra:
     method-specific settings of user methods.
 
     Every field is checked on construction (:func:`check_options`): a value out of range
@@ -64,6 +67,7 @@ class Options:
     audit: int = 0
     hessian_diagonal: float = 0.0
     in_sample: bool = False
+    device: str | None = None
     extra: Any = None
 
     def __post_init__(self):
@@ -103,6 +107,7 @@ def check_options(options: Options) -> None:
     if options.max_exact is not None:
         check_positive_int("max_exact", options.max_exact, 0)
     check_positive_int("audit", options.audit, 0)
+    device_choice(options.device)
     if not isinstance(options.in_sample, bool):
         raise InvalidArgumentError(
             f"`in_sample` must be True or False, got {options.in_sample!r}")

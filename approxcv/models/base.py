@@ -23,7 +23,9 @@ Optional capabilities are *declared* here with their defaults, never sniffed:
 ``None``), ``refit_solver`` (the exact-CV optimiser a model prefers, default ``None``: by
 size), ``refit_restarts`` (default number of extra exact-CV starts, ``None``: by size),
 ``batch_rows`` (how the optimisers evaluate a batch of starts or folds: ``"vmap"``, or
-``"map"`` — in sequence, on CPU — for objectives with a recursion over time) and, for ERM,
+``"map"`` — in sequence, on CPU — for objectives with a recursion over time),
+``compute_profile`` (``"sequential"``: recursions over time, run on the host's CPU beside an
+accelerator, :mod:`approxcv._placement`; default ``None``) and, for ERM,
 ``glm_structure``, ``batched_refit`` and ``fold_check`` (below), and ``own_estimators``
 (a model that computes its cross-validation methods itself: Gaussian processes).
 
@@ -140,6 +142,9 @@ class Model:
     #: how batched optimisers evaluate the rows (starts, folds) of a batch:
     #: :func:`approxcv.optim.quasi_newton.over_rows` (``"vmap"`` or ``"map"``)
     batch_rows: str = "vmap"
+    #: what the model's programs are (:mod:`approxcv._placement`): ``"sequential"`` for
+    #: recursions over time, which run on the host's CPU beside an accelerator
+    compute_profile: str | None = None
 
     def __init_subclass__(cls, **kwargs):
         """Wrap the subclass's own :data:`PARAMS_ENTRY_POINTS` in :func:`checks_params`."""

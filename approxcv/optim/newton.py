@@ -21,6 +21,7 @@ from .hessian import hessian_by_hvp, sweep_chunk, tangent_chunk, value_grad_fd_h
 from .quasi_newton import GTOL, MinimizeResult, over_rows
 from .._batched_map import map_in_batches
 from .._compile import host_workers, jit
+from .._placement import carry_placement
 
 #: largest ``D x n`` for which :func:`newton_polish` asks for ``J`` too (32 MB): the
 #: IJ then finds the program compiled; larger ``J`` is not worth forming for a polish
@@ -115,7 +116,7 @@ def parallel_value_and_derivatives(fun, u, w, data, with_jacobian: bool, workers
         return jax.block_until_ready(part(fun, u, w, data, bool(with_jacobian),
                                           jnp.asarray(eye[i * size:(i + 1) * size])))
     with ThreadPoolExecutor(workers) as pool:
-        outs = list(pool.map(run, range(workers)))
+        outs = list(pool.map(carry_placement(run), range(workers)))
     cols = jax.tree_util.tree_map(lambda *c: jnp.concatenate(c)[:dim], *(o[2] for o in outs))
     return _as_derivatives(outs[0][0], outs[0][1], cols, with_jacobian)
 

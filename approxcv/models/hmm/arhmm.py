@@ -59,6 +59,7 @@ from ._occupancy import check_occupancy
 from .._transforms import inverse_gamma_log_prior, normal_log_prior
 from .gaussian_hmm import _kmeans, lagged
 from .. import constraints as C
+from ..._placement import placed
 from ...fitting import fit_method
 from .base import HMM, Sequences, check_array
 
@@ -208,7 +209,8 @@ class AutoregressiveEmissions(HMM):
 
     # ------------------------------------------------------------------ fit
     def fit(self, data, level: str | None = None, init_params=None):
-        """MAP fit as :meth:`HMM.fit`, but the starts are refined one after another.
+        """MAP fit as :meth:`HMM.fit` (and placed as it is), but the starts are refined one
+        after another.
 
         ``HMM.fit`` refines all starts in one ``vmap`` and polishes each with two exact
         Newton steps; the dense Hessian of these models costs memory proportional to
@@ -218,21 +220,24 @@ class AutoregressiveEmissions(HMM):
         ``approxcv.engine.MAX_DENSE_DIM`` parameters. These fits do not run EM, so there is
         no start selection on a subsample (``start_subsample`` is not used).
         """
-        seqs, level, n = self.prepare(data, level)
-        starts = self._starts(seqs, level, init_params)
-        obj, u0s = self._fit_problem(seqs, level, starts)
-        scale = obj.scale
-        newton, method = fit_method(obj.u_full.size,
-                                    2 if obj.u_full.size <= self.newton_max_dim else 0)
-        solve = batched_minimize(obj.fun, scale, self.max_steps, newton, method)
+        with placed(self.compute_profile):
+            seqs, level, n = self.prepare(data, level)
+            starts = self._starts(seqs, level, init_params)
+            obj, u0s = self._fit_problem(seqs, level, starts)
+            scale = obj.scale
+            newton, method = fit_method(
+                obj.u_full.size, 2 if obj.u_full.size <= self.newton_max_dim else 0)
+            solve = batched_minimize(obj.fun, scale, self.max_steps, newton, method)
 
-        def one_by_one(u0s, weights):
-            runs = [solve(u[None], w[None], obj.data) for u, w in zip(u0s, weights)]
-            return jax.tree_util.tree_map(lambda *r: jnp.concatenate(r), *runs)
+            def one_by_one(u0s, weights):
+                runs = [solve(u[None], w[None], obj.data) for u, w in zip(u0s, weights)]
+                return jax.tree_util.tree_map(lambda *r: jnp.concatenate(r), *runs)
 
-        res = one_by_one(u0s, jnp.ones((len(starts), n)))
-        best = self._best_start(res, f"{self.max_steps} optimiser steps", newton_steps=newton)
-        return check_occupancy(self, self._perturbation_restarts(one_by_one, obj, best), seqs)
+            res = one_by_one(u0s, jnp.ones((len(starts), n)))
+            best = self._best_start(res, f"{self.max_steps} optimiser steps",
+                                    newton_steps=newton)
+            return check_occupancy(self, self._perturbation_restarts(one_by_one, obj, best),
+                                   seqs)
 
     # ------------------------------------------------------------------ init
     def _init_params(self, seqs: Sequences, n_init: int, seed: int) -> list:

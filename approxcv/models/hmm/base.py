@@ -24,6 +24,7 @@ from ...optim import batched_minimize
 from ...optim.newton import polish_rows
 from ...errors import (ArgumentTypeError, InvalidArgumentError,
                       InvalidDataError)
+from ..._placement import SEQUENTIAL, placed
 from ...fitting import best_start, fit_method, padded, perturbation_restarts
 from ...inference import chain
 from .. import constraints as C
@@ -212,7 +213,8 @@ class HMM(ChainWindows, Model):
 
     def fit(self, data, level: str | None = None, init_params=None):
         """MAP fit on all data from ``n_init`` starts, best kept: EM + Newton polish, or
-        BFGS + Newton polish.
+        BFGS + Newton polish. Beside an accelerator it runs on the host's CPU
+        (:mod:`approxcv._placement`; ``APPROXCV_DEVICE`` chooses otherwise).
 
         Up to ``EM_MAX_DIM`` parameters (and unless ``fit_em`` is False) every start is
         refined by generalised EM in one compiled loop and the best EM point is polished
@@ -241,13 +243,14 @@ class HMM(ChainWindows, Model):
         Raises:
             FitError: no start reached a finite objective.
         """
-        seqs, level, n = self.prepare(data, level)
-        starts, selection = select_starts(self, seqs, level,
-                                          self._starts(seqs, level, init_params))
-        params = self._fit_from(seqs, level, n, starts)
-        if selection is not None:
-            self.fit_result_["start_selection"] = selection
-        return params
+        with placed(self.compute_profile):
+            seqs, level, n = self.prepare(data, level)
+            starts, selection = select_starts(self, seqs, level,
+                                              self._starts(seqs, level, init_params))
+            params = self._fit_from(seqs, level, n, starts)
+            if selection is not None:
+                self.fit_result_["start_selection"] = selection
+            return params
 
     def _fit_from(self, seqs, level, n, starts):
         """The fit of :meth:`fit` from ``starts`` (constrained parameter sets)."""
@@ -337,6 +340,9 @@ class HMM(ChainWindows, Model):
     #: batched fits and refits evaluate their rows in sequence on CPU: a ``vmap``ped
     #: forward pass carries the batch through every time step (twice slower)
     batch_rows: str = "map"
+    #: a recursion over time: fits and cross-validation run on the host's CPU beside an
+    #: accelerator (:mod:`approxcv._placement`)
+    compute_profile: str | None = SEQUENTIAL
 
     def _emission_log_lik(self, params, x):
         raise NotImplementedError
