@@ -91,15 +91,25 @@ def placed(profile: str | None, choice: str | None = None):
         _CHOICE.reset(token)
 
 
+class OnPlatform:
+    """``fn`` called under ``jax.default_device`` of the first device of ``platform``;
+    picklable when ``fn`` is, so that it carries a placement to a worker process too (the
+    device is looked up where it runs)."""
+
+    def __init__(self, fn, platform: str):
+        self.fn, self.platform = fn, platform
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        with jax.default_device(jax.devices(self.platform)[0]):
+            return self.fn(*args, **kwargs)
+
+
 def carry_placement(fn):
-    """``fn`` wrapped to run under the caller's placement: for a function handed to a
-    worker thread, which does not inherit JAX's thread-local default device."""
+    """``fn`` to run under the caller's placement (:class:`OnPlatform`), or ``fn`` itself
+    when nothing is placed: for work handed to a worker thread, which does not inherit
+    JAX's thread-local default device, or to a worker process."""
     device = jax.config.jax_default_device
     if device is None:
         return fn
-
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        with jax.default_device(device):
-            return fn(*args, **kwargs)
-    return run
+    return OnPlatform(fn, device if isinstance(device, str) else device.platform)

@@ -273,12 +273,12 @@ def _submit_dask(client, payload: bytes, batches, desc: str):
 def _submit(executor, task, batches, desc: str):
     """Futures of ``task(*batch)`` for every batch on ``executor`` (see :func:`run_batches`);
     a closed executor is refused by name."""
+    task = carry_placement(task)            # workers run where the caller's work runs
     if is_dask_client(executor):
         return _submit_dask(executor, cloudpickle.dumps(task), batches, desc)
     try:
         if _needs_pickling(executor):
             return _submit_pickled(executor, cloudpickle.dumps(task), batches)
-        task = carry_placement(task)        # threads of this process: the caller's device
         return [executor.submit(task, *b) for b in batches]
     except RuntimeError as err:
         if not isinstance(executor, Executor):

@@ -6,6 +6,7 @@ many threads) are then taken as on a GPU machine, and the programs still run on 
 """
 import threading
 
+import cloudpickle
 import jax
 import numpy as np
 import pytest
@@ -101,3 +102,15 @@ def test_cross_validate_places_an_hmm_and_records_it(on_gpu, monkeypatch):
     assert placed_run.diagnostics["device"] == "cpu"
     assert kept_run.diagnostics["device"] == "gpu"
     np.testing.assert_allclose(placed_run.fold_loss, kept_run.fold_loss, rtol=1e-9)
+
+
+def _platform_now():
+    return _placement.current_platform()
+
+
+def test_the_placement_travels_with_pickled_work(on_gpu):
+    """Work for a process pool or Dask workers is pickled: it carries the placement."""
+    with _placement.placed("sequential"):
+        task = _placement.carry_placement(_platform_now)
+    assert _placement.carry_placement(_platform_now) is _platform_now   # nothing placed
+    assert cloudpickle.loads(cloudpickle.dumps(task))() == "cpu"
