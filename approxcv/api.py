@@ -14,6 +14,7 @@ from .engine.heldout import heldout_losses
 from .engine.diagnostics import record_unreliable, unreliable_causes
 from .engine.error_estimate import estimate_errors
 from .engine.fingerprint import result_fingerprint
+from .engine.fold_buckets import bucketed, trim_per_fold
 from .engine.options import Options
 from .engine.registry import get_method
 from .engine.methods.exact import default_restarts
@@ -27,6 +28,24 @@ __all__ = ["cross_validate"]
 
 
 _OPTION_NAMES = tuple(f.name for f in dataclasses.fields(Options) if f.name != "level")
+#: local methods whose per-fold programs run on fold sets padded to a few sizes
+#: (:mod:`approxcv.engine.fold_buckets`)
+_BUCKETED_METHODS = ("ij", "ns")
+
+
+def _run_folds(method, model, problem, folds, opts):
+    """The folds the method runs on: ``folds`` padded to a bucket size
+    (:func:`~approxcv.engine.fold_buckets.bucketed`) for the engine's dense ``ij`` and
+    ``ns`` — so that another number of folds on the same data reuses their compiled
+    programs — else ``folds``. Not padded: leave-one-out-sized fold sets (as many folds as
+    units: another count means other data anyway), models that compute their own methods
+    or check folds (a check's warning counts folds), and matrix-free solves."""
+    dim = int(problem.u_full.shape[0])
+    if (method not in _BUCKETED_METHODS or problem.estimators is not None
+            or getattr(model, "checks_folds", True) or len(folds) >= problem.n_units
+            or not opts.dense(dim, problem.n_units)):
+        return folds
+    return bucketed(folds)
 
 
 def cross_validate(model, data, folds, method: str | None = None, *, params=None,
@@ -129,10 +148,11 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                 make_problem, model, prepared, params, scheme=scheme, level=level, checked=True,
                 restarts=restarts if refits else default_restarts(
                     dim, getattr(model, "refit_restarts", None))))
-        params_flat, diagnostics = fn(problem, folds, opts)
+        run_folds = _run_folds(method, model, problem, folds, opts)
+        params_flat, diagnostics = fn(problem, run_folds, opts)
         stages = dict(diagnostics.pop("stage_seconds", {}))
         t_heldout = time.perf_counter()
-        index = folds.padded()
+        index = run_folds.padded()
         if "heldout" in diagnostics:             # the method evaluated its folds already
             fold_loss, points = diagnostics.pop("heldout")
         else:
@@ -146,18 +166,23 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                                   diagnostics.pop("chord_correction"), opts.batch_size,
                                   opts.progress, points=False)[0]
             diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
-            causes = unreliable_causes(diagnostics.get("unreliable"), len(folds))
+            causes = unreliable_causes(diagnostics.get("unreliable"), len(run_folds))
             causes["error_estimate_above_tol"] = ~(est <= opts.tol)
             diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)
             stages["error_estimate"] = (stages.get("error_estimate", 0.0)
                                         + time.perf_counter() - t_est)
+        if run_folds is not folds:               # the padding folds' results dropped
+            k = len(folds)
+            params_flat, fold_loss, points = (np.asarray(a)[:k]
+                                              for a in (params_flat, fold_loss, points))
+            trim_per_fold(diagnostics, k)
         if opts.in_sample:                       # log p(x_o | x_kept; theta_full): p = lpd - elpd
             t_in = time.perf_counter()
             full = np.broadcast_to(np.asarray(problem.u_full),
-                                   (len(folds), problem.u_full.shape[0]))
+                                   (len(run_folds), problem.u_full.shape[0]))
             _, points_full = heldout_losses(problem, np.ascontiguousarray(full), index,
                                             opts.batch_size, opts.progress)
-            points_full = np.asarray(points_full)
+            points_full = np.asarray(points_full)[:len(folds)]
             diagnostics["lpd_full"] = -np.concatenate(
                 [points_full[i, :size] for i, size in enumerate(folds.sizes)])
             stages["in_sample"] = time.perf_counter() - t_in

@@ -266,6 +266,11 @@ class Model:
         support changes); reported in the diagnostics of every method."""
         return {}
 
+    @property
+    def checks_folds(self) -> bool:
+        """Whether the model overrides :meth:`fold_check` (its folds are checked)."""
+        return type(self).fold_check is not Model.fold_check
+
     # ------------------------------------------------ derived from the above
     def unconstrain(self, params):
         """Constrained parameters -> the unconstrained tree used for ``H`` and ``J``."""

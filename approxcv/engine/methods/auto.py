@@ -31,9 +31,9 @@ import time
 
 import numpy as np
 
-from ...folds import Folds
 from ..audit import refit_problem
 from ..diagnostics import unreliable_causes
+from ..fold_buckets import bucketed
 from ..error_estimate import estimate_errors, full_hessian_chord_steps, refined_params
 from ..heldout import heldout_losses
 from ..exact_optima import (RESTART_RTOL, candidate_columns, full_objectives,
@@ -56,18 +56,6 @@ CHORD_SHRINK = 0.5
 #: diagnostics of the IJ (the fit's state) that ``auto`` reports as its own
 _FIT_KEYS = ("grad_norm", "newton_step_norm", "inexact_fit", "hessian_min_eig",
              "hessian_max_eig", "jitter", "condition_number", "solver")
-
-
-def bucketed(folds, rows):
-    """``folds.subset(rows)`` padded to a power-of-two number of folds (at least 8) with
-    copies of the largest fold (ids ``-1, -2, ...``), so the compiled per-fold programs
-    of a subset see one of a few shapes, and the width of the full ``folds``; the first
-    ``len(rows)`` results are the subset's."""
-    size = max(8, 1 << int(np.ceil(np.log2(max(len(rows), 1)))))
-    widest = int(np.argmax(folds.sizes))
-    idx = [folds[int(r)] for r in rows] + [folds[widest]] * (size - len(rows))
-    ids = np.concatenate([folds.ids[rows], -np.arange(1, size - len(rows) + 1)])
-    return Folds(idx, folds.n, ids=ids)
 
 
 def _pad(points, width: int) -> np.ndarray:
