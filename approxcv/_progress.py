@@ -9,9 +9,15 @@ inner functions take the caller's value.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 
 from tqdm.auto import tqdm
+
+#: the folds a bar counts, when a run pads its folds (:func:`counting_first`)
+_COUNTED: contextvars.ContextVar = contextvars.ContextVar("approxcv_counted_folds",
+                                                          default=None)
 
 
 def watched() -> bool:
@@ -31,4 +37,22 @@ def progress_bar(total: int, desc: str, progress: bool, **kwargs) -> tqdm:
                 **kwargs)
 
 
-__all__ = ["progress_bar", "watched"]
+@contextlib.contextmanager
+def counting_first(k: int):
+    """Bars over folds in the block count only the first ``k`` folds: a run whose folds
+    are padded to a bucket size (:mod:`approxcv.engine.fold_buckets`) shows the user's."""
+    token = _COUNTED.set(int(k))
+    try:
+        yield
+    finally:
+        _COUNTED.reset(token)
+
+
+def counted(start: int, take: int, n: int) -> int:
+    """Of the folds ``start .. start + take`` of ``n``, those a bar counts (all, outside
+    :func:`counting_first`)."""
+    k = _COUNTED.get()
+    return take if k is None else max(0, min(start + take, k, n) - start)
+
+
+__all__ = ["counted", "counting_first", "progress_bar", "watched"]

@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from ._placement import placed
+from ._progress import counting_first
 from ._validate import check_choice
 from .engine.audit import audit_folds
 from .engine.heldout import heldout_losses
@@ -149,43 +150,44 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                 restarts=restarts if refits else default_restarts(
                     dim, getattr(model, "refit_restarts", None))))
         run_folds = _run_folds(method, model, problem, folds, opts)
-        params_flat, diagnostics = fn(problem, run_folds, opts)
-        stages = dict(diagnostics.pop("stage_seconds", {}))
-        t_heldout = time.perf_counter()
-        index = run_folds.padded()
-        if "heldout" in diagnostics:             # the method evaluated its folds already
-            fold_loss, points = diagnostics.pop("heldout")
-        else:
-            fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
-                                               opts.progress, diagnostics)
-        stages["heldout"] = stages.get("heldout", 0.0) + time.perf_counter() - t_heldout
-        diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
-        if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
-            t_est = time.perf_counter()
-            est = estimate_errors(problem, params_flat, fold_loss, index,
-                                  diagnostics.pop("chord_correction"), opts.batch_size,
-                                  opts.progress, points=False)[0]
-            diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
-            causes = unreliable_causes(diagnostics.get("unreliable"), len(run_folds))
-            causes["error_estimate_above_tol"] = ~(est <= opts.tol)
-            diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)
-            stages["error_estimate"] = (stages.get("error_estimate", 0.0)
-                                        + time.perf_counter() - t_est)
-        if run_folds is not folds:               # the padding folds' results dropped
-            k = len(folds)
-            params_flat, fold_loss, points = (np.asarray(a)[:k]
-                                              for a in (params_flat, fold_loss, points))
-            trim_per_fold(diagnostics, k)
-        if opts.in_sample:                       # log p(x_o | x_kept; theta_full): p = lpd - elpd
-            t_in = time.perf_counter()
-            full = np.broadcast_to(np.asarray(problem.u_full),
-                                   (len(run_folds), problem.u_full.shape[0]))
-            _, points_full = heldout_losses(problem, np.ascontiguousarray(full), index,
-                                            opts.batch_size, opts.progress)
-            points_full = np.asarray(points_full)[:len(folds)]
-            diagnostics["lpd_full"] = -np.concatenate(
-                [points_full[i, :size] for i, size in enumerate(folds.sizes)])
-            stages["in_sample"] = time.perf_counter() - t_in
+        with counting_first(len(folds)):     # bars count the user's folds, not padding
+            params_flat, diagnostics = fn(problem, run_folds, opts)
+            stages = dict(diagnostics.pop("stage_seconds", {}))
+            t_heldout = time.perf_counter()
+            index = run_folds.padded()
+            if "heldout" in diagnostics:             # the method evaluated its folds already
+                fold_loss, points = diagnostics.pop("heldout")
+            else:
+                fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
+                                                   opts.progress, diagnostics)
+            stages["heldout"] = stages.get("heldout", 0.0) + time.perf_counter() - t_heldout
+            diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
+            if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
+                t_est = time.perf_counter()
+                est = estimate_errors(problem, params_flat, fold_loss, index,
+                                      diagnostics.pop("chord_correction"), opts.batch_size,
+                                      opts.progress, points=False)[0]
+                diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
+                causes = unreliable_causes(diagnostics.get("unreliable"), len(run_folds))
+                causes["error_estimate_above_tol"] = ~(est <= opts.tol)
+                diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)
+                stages["error_estimate"] = (stages.get("error_estimate", 0.0)
+                                            + time.perf_counter() - t_est)
+            if run_folds is not folds:               # the padding folds' results dropped
+                k = len(folds)
+                params_flat, fold_loss, points = (np.asarray(a)[:k]
+                                                  for a in (params_flat, fold_loss, points))
+                trim_per_fold(diagnostics, k)
+            if opts.in_sample:               # log p(x_o | x_kept; theta_full): p = lpd - elpd
+                t_in = time.perf_counter()
+                full = np.broadcast_to(np.asarray(problem.u_full),
+                                       (len(run_folds), problem.u_full.shape[0]))
+                _, points_full = heldout_losses(problem, np.ascontiguousarray(full), index,
+                                                opts.batch_size, opts.progress)
+                points_full = np.asarray(points_full)[:len(folds)]
+                diagnostics["lpd_full"] = -np.concatenate(
+                    [points_full[i, :size] for i, size in enumerate(folds.sizes)])
+                stages["in_sample"] = time.perf_counter() - t_in
         if opts.audit:
             t_audit = time.perf_counter()
             diagnostics["audit"] = audit_folds(problem, folds, fold_loss, opts)

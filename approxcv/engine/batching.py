@@ -17,7 +17,7 @@ from ..optim.hessian import data_entries
 from .._batched_map import map_in_batches
 from .._compile import host_workers, jit
 from .._placement import carry_placement, current_platform
-from .._progress import progress_bar
+from .._progress import counted, progress_bar
 
 __all__ = ["fold_weights", "fold_indicator", "fold_points",
            "heldout_batch_size", "fold_batch_size", "in_chunks"]
@@ -133,10 +133,10 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True,
             outs = tuple(np.empty((n,) + o.shape[1:], o.dtype) for o in out)
         for dest, o in zip(outs, out):
             dest[start:start + take] = o[:take]
-        bar.update(take)
+        bar.update(counted(start, take, n))
 
     starts = range(0, n, chunk)
-    with progress_bar(n, desc, progress, unit="fold") as bar:
+    with progress_bar(counted(0, n, n), desc, progress, unit="fold") as bar:
         if workers <= 1:
             for start in starts:
                 write(*call(start))

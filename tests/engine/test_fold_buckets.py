@@ -5,6 +5,7 @@ import pytest
 
 import approxcv as acv
 from approxcv import api
+from approxcv._progress import counted, counting_first
 from approxcv.engine.fold_buckets import bucketed, fold_bucket
 
 from ..conftest import backend_compiles
@@ -26,6 +27,13 @@ def test_padding_copies_the_widest_fold():
     assert all(np.array_equal(padded[i], [1, 2, 3]) for i in range(3, 8))
     sub = bucketed(folds, [2])
     assert list(sub.ids[:1]) == [9] and sub.padded().shape == (8, 3)
+
+
+def test_bars_count_only_the_users_folds():
+    assert counted(4, 4, 8) == 4                        # no padding: every fold
+    with counting_first(5):
+        assert [counted(0, 8, 8), counted(4, 4, 8), counted(6, 2, 8)] == [5, 1, 0]
+    assert counted(6, 2, 8) == 2
 
 
 @pytest.fixture(scope="module")
