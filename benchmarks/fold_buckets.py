@@ -1,11 +1,12 @@
 """What padding fold counts to buckets saves and costs (``approxcv.engine.fold_buckets``).
 
-The README example (PoissonHMM(2) on 2,000 calls) cross-validated by IJ on 200 i.i.d. folds,
-then on 210, 220 and 250 folds of the same data, each call timed with its compiled programs
-counted; in a fresh process with bucketing (200, 210 and 220 folds run as 224, 250 as 256:
-a new bucket) and in another with it switched off (each count its own programs). Each process has its own empty
-compilation cache. Then, warm, the price of the padding: the IJ on 200 folds bucketed
-against unbucketed, in one process (minimum of 5 calls each, interleaved).
+The README example (PoissonHMM(2) on 2,000 calls) cross-validated by IJ on 200 i.i.d.
+folds, then on 210, 220 and 250 folds of the same data, each call timed with its compiled
+programs counted: in a fresh process with bucketing (200, 210 and 220 folds run as 224, 250
+as 256, a new bucket) and in another with it switched off (each count its own programs).
+Each process has its own empty compilation cache. Then, warm, the price of the padding: the
+IJ on 200 folds bucketed against unbucketed, in one process (minimum of 5 calls each,
+interleaved).
 
     python benchmarks/fold_buckets.py          # writes results/fold_buckets.json
 """
