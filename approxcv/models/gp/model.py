@@ -256,7 +256,8 @@ class GP(Model):
     def _best_of_starts(self, X, y, starts):
         """``(theta_hat, MinimizeResult)`` of the start whose type-II MAP reached the lowest
         finite objective with a finite gradient (one compiled program for all starts, run
-        one start at a time); records every start in ``fit_result_``."""
+        one start at a time); records every start in ``fit_result_`` (its objective, ``inf``
+        where it reached no finite objective or gradient)."""
         runs, errors = [], []
         for start in starts:
             try:
