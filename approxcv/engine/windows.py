@@ -276,6 +276,15 @@ def use_taylor_chord_steps(problem, index) -> bool:
     return use_windows(problem, index) and int(problem.u_full.shape[0]) <= TAYLOR_MAX_DIM
 
 
+def _corrections_agree(new, ref, m_norm):
+    """``(agree, diff)`` of chord corrections ``new`` against ``ref`` (rows): ``diff`` their
+    ``M``-norm distance (0 where both are NaN), ``agree`` where it is within
+    :data:`TAYLOR_CHECK_RTOL` of ``ref``'s norm above :data:`TAYLOR_CHECK_ATOL`."""
+    diff = m_norm(new - ref)
+    diff = np.where(np.isnan(new).any(axis=1) & np.isnan(ref).any(axis=1), 0.0, diff)
+    return diff <= TAYLOR_CHECK_RTOL * m_norm(ref) + TAYLOR_CHECK_ATOL, diff
+
+
 def verify_expansion(exact_steps, step, rate, taken, moved, m_norm, rng):
     """Check the expanded chord corrections against the full passes, round by round.
 
@@ -302,12 +311,10 @@ def verify_expansion(exact_steps, step, rate, taken, moved, m_norm, rng):
         rows = np.union1d(worst, rng.choice(rest, min(TAYLOR_CHECK_FOLDS - worst.size,
                                                       rest.size), replace=False))
         ref_step, ref_rate = (np.asarray(a) for a in exact_steps(rows))
-        diff = m_norm(step[rows] - ref_step)
-        diff = np.where(np.isnan(step[rows]).any(axis=1) & np.isnan(ref_step).any(axis=1),
-                        0.0, diff)
+        agree, diff = _corrections_agree(step[rows], ref_step, m_norm)
         step[rows], rate[rows] = ref_step, ref_rate
         checked, diffs = np.union1d(checked, rows), np.concatenate([diffs, diff])
-        failed = ~(diff <= TAYLOR_CHECK_RTOL * m_norm(ref_step) + TAYLOR_CHECK_ATOL)
+        failed = ~agree
         if not failed.any():
             return bound, checked, diffs, True
         bound = 0.5 * float(np.min(moved[rows[failed]]))
@@ -358,8 +365,7 @@ def taylor_chord_steps(problem, params, index, chol, exact_steps, progress: bool
             f"error estimates (windows of {length})", progress)
 
     def settled(new, prev):
-        return (m_norm(new - prev) <= TAYLOR_CHECK_RTOL * m_norm(new) + TAYLOR_CHECK_ATOL) \
-            | (np.isnan(new).any(axis=1) & np.isnan(prev).any(axis=1))
+        return _corrections_agree(prev, new, m_norm)[0]
 
     moved = m_norm(params - np.asarray(problem.u_full))
     near = np.flatnonzero(np.isfinite(moved))
