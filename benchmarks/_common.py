@@ -9,8 +9,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
+import tempfile
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def child_json(script: str, *args: str, check: bool = True) -> dict:
+    """``python script *args`` in a fresh process with an empty approxcv compilation cache
+    of its own (a cold start); its last line of output parsed as JSON. A failed child
+    raises ``CalledProcessError`` (``check``) or gives ``{"error": its last stderr line}``."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, APPROXCV_COMPILATION_CACHE_DIR=cache)
+        run = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                             check=check, env=env)
+    if run.returncode:
+        return {"error": run.stderr.strip().splitlines()[-1] if run.stderr else "failed"}
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def write_json(name: str, quick: bool, out: dict) -> str:

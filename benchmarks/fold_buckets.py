@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from _common import child_json, write_json  # noqa: E402
 COUNTS = (200, 210, 220, 250)
 
 
@@ -75,11 +75,7 @@ def padding_cost(rounds: int = 5) -> dict:
 
 
 def in_fresh_process(arg: str) -> dict:
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, APPROXCV_COMPILATION_CACHE_DIR=cache)
-        run = subprocess.run([sys.executable, __file__, arg], capture_output=True, text=True,
-                             check=True, env=env)
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return child_json(__file__, arg)
 
 
 def main() -> dict:
@@ -100,7 +96,6 @@ if __name__ == "__main__":
     elif len(sys.argv) > 1 and sys.argv[1] == "--cost":
         print(json.dumps(padding_cost()))
     else:
-        from _common import write_json
         result = main()
         print(json.dumps({k: result[k] for k in ("later_calls_seconds",
                                                  "later_calls_compiles", "padding_cost")},

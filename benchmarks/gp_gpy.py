@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 
@@ -35,6 +33,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
+
+from _common import child_json, write_json  # noqa: E402
 
 
 #: ``GP(n_init=...)`` of the extra crabs run: does a multi-start fit reach GPy's optimum?
@@ -55,6 +55,8 @@ def load(name: str):
         X = np.column_stack([(d["sp"] == "O").to_numpy(float),
                              d[["FL", "RW", "CL", "CW", "BD"]].to_numpy(float)])
         return _standardise(X), np.where(d["sex"] == "M", 1.0, -1.0)
+    if name != "pima":
+        raise ValueError(f"unknown data set {name!r}: 'crabs' or 'pima'")
     import approxcv as acv
     X, y = acv.datasets.load_pima()
     return _standardise(X), np.asarray(y, float)
@@ -156,13 +158,8 @@ def gpy(name: str) -> dict:
 
 
 def in_fresh_process(*args) -> dict:
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, APPROXCV_COMPILATION_CACHE_DIR=cache)
-        run = subprocess.run([sys.executable, __file__, *args], capture_output=True,
-                             text=True, env=env)
-    if run.returncode:
-        return {"error": run.stderr.strip().splitlines()[-1] if run.stderr else "failed"}
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    """A child of this script (:func:`_common.child_json`); a failure is recorded."""
+    return child_json(__file__, *args, check=False)
 
 
 def at_theta(name: str, theta) -> dict:
@@ -222,7 +219,6 @@ if __name__ == "__main__":
             out["elpd_loo_exact"] = float(-np.sum(exact.fold_loss))
         print(json.dumps(out))
     else:
-        from _common import write_json
         result = main()
         for name, row in result.items():
             print(name, {k: v for k, v in row.items() if k not in ("approxcv", "gpy")})
