@@ -9,6 +9,7 @@ import numpy as np
 
 from ._placement import placed
 from ._progress import counting_first
+from ._sizes import length_bucket
 from ._validate import check_choice
 from .engine.audit import audit_folds
 from .engine.heldout import heldout_losses
@@ -34,13 +35,26 @@ _OPTION_NAMES = tuple(f.name for f in dataclasses.fields(Options) if f.name != "
 _BUCKETED_METHODS = ("ij", "ns")
 
 
+def _in_problem_units(problem, folds, n_units: int):
+    """``folds`` as the engine runs them on ``problem``: when the model padded its data with
+    null units (``problem.n_units > n_units``,
+    :meth:`~approxcv.models.base.Model.padded_units`), taken over the padded units with
+    their rows padded to :func:`~approxcv._sizes.length_bucket` of the widest fold, so
+    that data and folds of similar sizes share one shape of every program; else
+    ``folds``."""
+    if problem.n_units == n_units:
+        return folds
+    return folds.in_units(problem.n_units, length_bucket(int(folds.sizes.max())))
+
+
 def _run_folds(method, model, problem, folds, opts):
     """The folds the method runs on: ``folds`` padded to a bucket size
     (:func:`~approxcv.engine.fold_buckets.bucketed`) for the engine's dense ``ij`` and
     ``ns`` — so that another number of folds on the same data reuses their compiled
-    programs — else ``folds``. Not padded: leave-one-out-sized fold sets (as many folds as
-    units: another count means other data anyway), models that compute their own methods
-    or check folds (a check's warning counts folds), and matrix-free solves."""
+    programs — else ``folds``. Not padded: as many folds as units (leave-one-out on data
+    that is not padded to a size bucket: another count means other data anyway), models
+    that compute their own methods or check folds (a check's warning counts folds), and
+    matrix-free solves."""
     dim = int(problem.u_full.shape[0])
     if (method not in _BUCKETED_METHODS or problem.estimators is not None
             or getattr(model, "checks_folds", True) or len(folds) >= problem.n_units
@@ -149,7 +163,8 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                 make_problem, model, prepared, params, scheme=scheme, level=level, checked=True,
                 restarts=restarts if refits else default_restarts(
                     dim, getattr(model, "refit_restarts", None))))
-        run_folds = _run_folds(method, model, problem, folds, opts)
+        run_folds = _run_folds(method, model, problem,
+                               _in_problem_units(problem, folds, n_units), opts)
         with counting_first(len(folds)):     # bars count the user's folds, not padding
             params_flat, diagnostics = fn(problem, run_folds, opts)
             stages = dict(diagnostics.pop("stage_seconds", {}))
@@ -173,7 +188,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                 diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)
                 stages["error_estimate"] = (stages.get("error_estimate", 0.0)
                                             + time.perf_counter() - t_est)
-            if run_folds is not folds:               # the padding folds' results dropped
+            if len(run_folds) > len(folds):          # the padding folds' results dropped
                 k = len(folds)
                 params_flat, fold_loss, points = (np.asarray(a)[:k]
                                                   for a in (params_flat, fold_loss, points))
@@ -190,7 +205,8 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                 stages["in_sample"] = time.perf_counter() - t_in
         if opts.audit:
             t_audit = time.perf_counter()
-            diagnostics["audit"] = audit_folds(problem, folds, fold_loss, opts)
+            diagnostics["audit"] = audit_folds(problem, run_folds[:len(folds)], fold_loss,
+                                               opts)
             stages["audit"] = time.perf_counter() - t_audit
         seconds = time.perf_counter() - t_start
         diagnostics["num_params"] = int(problem.u_full.shape[0])

@@ -39,10 +39,16 @@ class Folds(Sequence):
         Distinct identifiers of the folds (default ``0..n_folds-1``); kept by :meth:`subset`
         so that results on a subset of folds can be matched with results on all of them
         (exact refits and checkpoints are matched by id, so two folds never share one).
+    width : int, optional
+        The least row width of :meth:`padded` (default: the largest fold size), so that
+        fold sets of similar sizes share one shape of the engine's programs
+        (:func:`approxcv._sizes.length_bucket`); kept by :meth:`subset`.
     """
 
-    def __init__(self, indices, n: int, ids=None, *, _owned: bool = False):
+    def __init__(self, indices, n: int, ids=None, *, width: int | None = None,
+                 _owned: bool = False):
         n = check_positive_int("n", n)
+        self.width = None if width is None else check_positive_int("width", width)
         if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence | np.ndarray):
             raise ArgumentTypeError(
                 f"`folds` must be a sequence of integer index arrays, got {type(indices).__name__}")
@@ -74,10 +80,11 @@ class Folds(Sequence):
 
     def padded(self) -> np.ndarray:
         """``(n_folds, m)`` left-out indices (sorted), each row padded with ``n`` (out of
-        range) to the largest fold size ``m``: the form the engine batches over. Read-only,
-        built once (for folds of one size, a view of the indices: no copy)."""
+        range) to ``m``, the largest fold size (or ``width`` if larger): the form the engine
+        batches over. Read-only, built once (for folds of one size ``m``, a view of the
+        indices: no copy)."""
         if self._padded is None:
-            m = int(self._sizes.max())
+            m = max(int(self._sizes.max()), self.width or 0)
             if np.all(self._sizes == m):
                 out = self._flat.reshape(len(self), m).view()
             else:
@@ -102,7 +109,17 @@ class Folds(Sequence):
         if np.unique(which % len(self)).size < which.size:
             raise InvalidArgumentError("`which` lists a fold more than once (fold ids must stay "
                                        "distinct)")
-        return Folds([self._indices[i] for i in which], self.n, ids=self.ids[which])
+        return Folds([self._indices[i] for i in which], self.n, ids=self.ids[which],
+                     width=self.width)
+
+    def in_units(self, n: int, width: int | None = None) -> "Folds":
+        """The same folds (and ids) over ``n >= self.n`` units, padded to ``width``: the
+        form the engine runs them in when a model pads its data with null units
+        (:meth:`approxcv.models.base.Model.padded_units`)."""
+        if n < self.n:
+            raise InvalidArgumentError(f"`n` must be at least the folds' {self.n} units, "
+                                       f"got {n}")
+        return Folds(self._indices, n, ids=self.ids, width=width)
 
 
 def _check_ids(ids, n_folds: int) -> np.ndarray:

@@ -38,7 +38,9 @@ class Problem(NamedTuple):
     data: the prepared data pytree (a :class:`WithNumbers` of them and the model's numeric
     hyperparameters when it declares some: pass ``problem.data`` to ``fun`` and
     ``heldout``, never the model's prepared data); u_full: ``(D,)`` unconstrained
-    full-data parameters; unravel(u) -> constrained parameter pytree; n_units: ``n``; scale: positive normaliser
+    full-data parameters; unravel(u) -> constrained parameter pytree; n_units: ``n``, the units
+    of ``data`` with a model's null padding units (:meth:`~approxcv.models.base.Model.padded_units`;
+    folds index the data's own units, the first ones); scale: positive normaliser
     of ``F`` for optimiser tolerances; starts: ``(R, D)`` unconstrained starting points from
     the model's own initialisation (for exact-CV restarts), possibly empty; key: a hashable
     description of the model configuration, scheme and level (for checkpoints); refit_solver:
@@ -285,6 +287,9 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     prepared, level, n_units = model.prepare(data, level)
     if not checked:
         params = model.check_params(params, prepared, level)
+    n_data = n_units
+    if hasattr(model, "padded_units"):     # null units to a size bucket: shared programs
+        prepared, n_units = model.padded_units(prepared, level)
     starts = model_starts(model, prepared, level, restarts)
     checker = functools.partial(model.fold_check, params, prepared)
     refit = None if local else model.batched_refit()
@@ -312,7 +317,7 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     else:
         lanes = None
     return Problem(fun, heldout, engine_data, u_full, unravel, int(n_units),
-                   float(n_units if scale is None else scale), starts,
+                   float(n_data if scale is None else scale), starts,
                    (model, scheme, level), getattr(model, "refit_solver", None),
                    None if glm is None else GLMStructure(*glm), refit, checker,
                    getattr(model, "batch_rows", "vmap"), None, windows, lanes, estimators)

@@ -79,7 +79,7 @@ def test_an_hmm_prior_is_an_argument_of_the_fit_and_the_ij():
                                  warn=False)
     assert compiled[0] == 0 and np.all(np.isfinite(res.fold_loss))
     one, two = make_problem(first, x, params), make_problem(second, x, params)
-    ones = np.ones(len(x))
+    ones = np.ones(one.n_units)
     gap = float(two.fun(two.u_full, ones, two.data)) - float(one.fun(one.u_full, ones,
                                                                        one.data))
     assert gap == pytest.approx((0.5 - 1e-3) * float(np.sum(params.rates)), rel=1e-10)

@@ -211,11 +211,18 @@ def test_protocol_invariants(row):
     # each instead of dozens of eagerly compiled operations)
     problem = acv.make_problem(model, prepared, params, level=level)
     u, one_out = problem.u_full, problem.heldout
+    n_all = problem.n_units          # the data's units, then the model's null padding units
+    assert n_all >= n
     # a fold with nothing left out: fold loss 0 and no point losses
-    fold, points = one_out(u, jnp.ones(n), problem.data)
+    fold, points = one_out(u, jnp.ones(n_all), problem.data)
     assert float(fold) == 0.0 and not np.any(np.asarray(points))
+    # padding units are null: leaving them out costs nothing
+    if n_all > n:
+        fold, points = one_out(u, jnp.asarray(np.arange(n_all) < n, float), problem.data)
+        assert float(fold) == 0.0, name
+        np.testing.assert_allclose(np.asarray(points), 0.0, atol=1e-12, err_msg=name)
     # every left-out unit gets a finite loss, every kept one none
-    w = np.ones(n)
+    w = np.ones(n_all)
     w[[0, n - 1]] = 0.0
     fold, points = one_out(u, jnp.asarray(w), problem.data)
     points = np.asarray(points)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._sizes import round_up_significant
 from ..folds import Folds
 
 __all__ = ["MIN_BUCKET", "POW2_MAX_FOLDS", "PER_FOLD_KEYS", "fold_bucket", "bucketed",
@@ -35,20 +36,20 @@ def fold_bucket(n_folds: int) -> int:
     n = int(n_folds)
     if n <= POW2_MAX_FOLDS:
         return max(MIN_BUCKET, 1 << (n - 1).bit_length())
-    shift = n.bit_length() - 3
-    return (-(-n >> shift)) << shift
+    return round_up_significant(n, 3)
 
 
 def bucketed(folds: Folds, rows=None) -> Folds:
     """``folds`` (or ``folds.subset(rows)``) padded to :func:`fold_bucket` folds with copies
     of the widest fold of ``folds`` (ids ``-1, -2, ...``), so the padded fold set also has
-    the width of ``folds``; its first ``len(rows)`` folds are the requested ones."""
+    the width of ``folds`` (and its ``width``); its first ``len(rows)`` folds are the
+    requested ones."""
     rows = np.arange(len(folds)) if rows is None else np.asarray(rows)
     size = fold_bucket(max(len(rows), 1))
     widest = int(np.argmax(folds.sizes))
     idx = [folds[int(r)] for r in rows] + [folds[widest]] * (size - len(rows))
     ids = np.concatenate([folds.ids[rows], -np.arange(1, size - len(rows) + 1)])
-    return Folds(idx, folds.n, ids=ids)
+    return Folds(idx, folds.n, ids=ids, width=folds.width)
 
 
 def trim_per_fold(diagnostics: dict, keep: int) -> None:

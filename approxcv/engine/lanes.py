@@ -99,8 +99,9 @@ def _run(lanes, u, index, data, n: int, cap: int, full: bool, points: bool, grad
     index = jnp.sort(index, axis=1)
     ends = jnp.cumsum(chunk_counts(index, n, chunk), axis=1).T
     pad = -(-n // chunk) * chunk - n            # the series is padded at the front
-    x = lanes.series(data)
-    x = jnp.concatenate([jnp.broadcast_to(x[:1], (pad,) + x.shape[1:]), x])
+    x = jax.tree_util.tree_map(
+        lambda a: jnp.concatenate([jnp.broadcast_to(a[:1], (pad,) + a.shape[1:]), a]),
+        lanes.series(data))
     (log_init, log_trans, em), pull = jax.vjp(partial(_per_fold, lanes), u)
     out = lane_pass(log_init, log_trans, lanes.emission, em, x, index.astype(jnp.int32),
                     ends, n, chunk, cap, full=full, points=points, grads=grads, block=block)

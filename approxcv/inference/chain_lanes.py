@@ -191,8 +191,8 @@ def lane_pass(log_init, log_trans, emission: Callable, emission_params, x, index
         emission: ``emission(params, x_chunk) -> (C, K)`` emission log-likelihoods of one
             fold's parameters on ``C`` steps (rows depend on their own step only).
         emission_params: pytree with a leading ``B`` axis.
-        x: the series, leading axis ``n_chunks * chunk >= n``, padded at the front
-            (the padding is ignored).
+        x: the series (an array or a pytree of arrays, e.g. steps and their mask), leading
+            axis ``n_chunks * chunk >= n``, padded at the front (the padding is ignored).
         index: ``(B, m)`` int, each row sorted, padding ``n``.
         ends: ``(n_chunks, B)`` int: a fold's units before the end of each chunk
             (cumulative :func:`chunk_counts` of the front-padded series).
@@ -202,17 +202,18 @@ def lane_pass(log_init, log_trans, emission: Callable, emission_params, x, index
             ``log`` per step).
     """
     dtype = log_trans.dtype
-    n_chunks = x.shape[0] // chunk
+    n_chunks = jax.tree_util.tree_leaves(x)[0].shape[0] // chunk
     pad = n_chunks * chunk - n                  # steps before the series' first
     init = jnp.exp(log_init.T)
     trans = jnp.exp(jnp.moveaxis(log_trans, 0, -1))
     b = init.shape[1]
-    xs = x.reshape((n_chunks, chunk) + x.shape[1:])
+    xs = jax.tree_util.tree_map(lambda a: a.reshape((n_chunks, chunk) + a.shape[1:]), x)
 
     def lik_of(fn, c):
         """Emission log-likelihoods ``(C, K, B)`` of chunk ``c`` by ``fn`` (a function of
         the emission parameters), their maxima ``(C, B)`` and scaled exponentials."""
-        out = fn(lambda p: jax.vmap(emission, (0, None), 2)(p, xs[c]))
+        xc = jax.tree_util.tree_map(lambda a: a[c], xs)
+        out = fn(lambda p: jax.vmap(emission, (0, None), 2)(p, xc))
         ll = out[0] if isinstance(out, tuple) else out
         shift = lax.stop_gradient(jnp.max(ll, axis=1))
         return out, shift, jnp.exp(ll - shift[:, None, :])

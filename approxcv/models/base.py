@@ -235,6 +235,15 @@ class Model:
         """``(model, params, data)`` of a smooth local surrogate, or ``None`` (smooth)."""
         return None
 
+    def padded_units(self, data, level: str):
+        """``(data, n)``: prepared ``data`` padded with null units to a size bucket
+        (:func:`approxcv._sizes.length_bucket`) and its number of units ``n``, so that data
+        of similar sizes share one set of compiled programs (fits and cross-validation).
+        A null unit adds nothing to the objective nor to any held-out loss, at any weight:
+        every fold's result is the same as on ``data``. The default pads nothing:
+        ``(data, units of data)``. Padding again changes nothing."""
+        return data, self.prepare(data, level)[2]
+
     def own_estimators(self, params, data) -> dict | None:
         """``{method name: fn(folds, options) -> (fold_loss (F,), points (F, m),
         diagnostics)}`` when this model computes its cross-validation itself (a GP: its

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .newton import newton_minimize
@@ -112,7 +113,6 @@ def em_minimize(potentials, log_partition, log_prior, u0, w, data, *, max_steps,
     return EMResult(u, value, stats, converged, steps)
 
 
-@functools.lru_cache(maxsize=64)
 def batched_em(potentials, log_partition, log_prior, scale: float, tol: float,
                m_steps: int = 1, m_step=None):
     """:func:`em_minimize` over a batch of starts: ``solve(u0s (b, D), weights (b, n), data,
@@ -123,13 +123,25 @@ def batched_em(potentials, log_partition, log_prior, scale: float, tol: float,
     recursion over time (forward-backward) carries a batch through every step, and EM from
     4 starts (Newton M-step) ran 2.7 times slower (33 ms against 12.5 ms; 2-state chain,
     1,500 steps); elsewhere they are ``vmap``ped
-    (:func:`~approxcv.optim.quasi_newton.over_rows`).
+    (:func:`~approxcv.optim.quasi_newton.over_rows`). ``scale`` is an argument of the
+    program, not a constant of it: data of another size in the same shape reuse it.
     """
-    def one(u0, w, data, max_steps):
+    return functools.partial(
+        _batched_em_program(potentials, log_partition, log_prior, tol, m_steps, m_step),
+        scale=np.float64(scale))
+
+
+@functools.lru_cache(maxsize=64)
+def _batched_em_program(potentials, log_partition, log_prior, tol: float, m_steps: int,
+                        m_step):
+    """The compiled program of :func:`batched_em`: ``solve(u0s, weights, data, max_steps,
+    scale)``."""
+    def one(u0, w, data, max_steps, scale):
         return em_minimize(potentials, log_partition, log_prior, u0, w, data,
                            max_steps=max_steps, scale=scale, tol=tol, m_steps=m_steps,
                            m_step=m_step)
 
-    def solve(u0s, weights, data, max_steps):
-        return over_rows(lambda u0, w: one(u0, w, data, max_steps), "map")(u0s, weights)
+    def solve(u0s, weights, data, max_steps, scale):
+        return over_rows(lambda u0, w: one(u0, w, data, max_steps, scale), "map")(
+            u0s, weights)
     return jit(solve)

@@ -380,14 +380,21 @@ def newton_minimize(fun, u0, args=None, *, max_steps: int = 30, scale: float = 1
     return MinimizeResult(u, value, grad_norm, converged, steps - 1)
 
 
-@functools.lru_cache(maxsize=64)
 def batched_newton_minimize(fun, scale: float, max_steps: int, rows: str = "vmap",
                             hessian: str = "hvp"):
     """:func:`newton_minimize` over rows (:func:`~approxcv.optim.quasi_newton.over_rows`)
     for ``fun(u, w, data)``, jitted; same calling convention as :func:`batched_minimize`:
     ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult``. ``hessian``: as
-    :func:`newton_minimize`."""
-    def solve(u0s, weights, data):
+    :func:`newton_minimize`; ``scale`` is an argument of the program (as there)."""
+    return functools.partial(_batched_newton_program(fun, max_steps, rows, hessian),
+                             scale=np.float64(scale))
+
+
+@functools.lru_cache(maxsize=64)
+def _batched_newton_program(fun, max_steps: int, rows: str, hessian: str):
+    """The compiled program of :func:`batched_newton_minimize`:
+    ``solve(u0s, weights, data, scale)``."""
+    def solve(u0s, weights, data, scale):
         def one(u0, w):   # data among the args: they size the Hessian's tangent chunks
             return newton_minimize(lambda u, a: fun(u, a[0], a[1]), u0, (w, data),
                                    max_steps=max_steps, scale=scale, hessian=hessian)

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .hessian import hessian_by_hvp, tangent_chunk, value_grad_fd_hessian
@@ -330,20 +331,31 @@ def minimize(fun, u0, args=None, *, max_steps: int = 1000, rtol: float = 1e-10,
     return MinimizeResult(*(x[0] for x in res))
 
 
-@functools.lru_cache(maxsize=64)
 def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int,
                      method: str = "bfgs", rows: str = "vmap", hessian: str = "hvp"):
     """:func:`minimize` over a batch of starting points and weights for ``fun(u, w, data)``.
 
     Returns ``solve(u0s (b, D), weights (b, n), data) -> MinimizeResult`` with a leading
     batch axis: one ``jit``-compiled ``while_loop`` in which every start stops on its own
-    test; built (and compiled) once per objective, settings and batch shape. Used both by
-    model fits (several starts, unit weights) and by exact CV (one warm start, many folds).
+    test; built (and compiled) once per objective, settings and batch shape — ``scale`` is
+    an argument of the program, not a constant of it, so data of another size in the same
+    shape (an HMM's series padded to a size bucket) reuse it. Used both by model fits
+    (several starts, unit weights) and by exact CV (one warm start, many folds).
     ``rows``: how the rows' objectives are evaluated (:func:`over_rows`; a model's
     ``batch_rows``). ``hessian``: the Newton polish's Hessian, ``"hvp"`` or ``"fd"``
     (:func:`_newton_polish`; ``"fd"`` for whitened coordinates, as exact refits use).
     """
-    def solve(u0s, weights, data):
+    return functools.partial(
+        _batched_program(fun, max_steps, newton_steps, method, rows, hessian),
+        scale=np.float64(scale))
+
+
+@functools.lru_cache(maxsize=64)
+def _batched_program(fun, max_steps: int, newton_steps: int, method: str, rows: str,
+                     hessian: str):
+    """The compiled program of :func:`batched_minimize`:
+    ``solve(u0s, weights, data, scale)``."""
+    def solve(u0s, weights, data, scale):
         return _minimize_batch(lambda u, w: fun(u, w, data), u0s, weights,
                                max_steps=max_steps, rtol=1e-10, atol=1e-10, scale=scale,
                                newton_steps=newton_steps, gtol=GTOL, method=method,

@@ -65,11 +65,12 @@ def test_a_sweep_over_the_memory_budget_runs_in_chunks_with_the_same_ij(monkeypa
     kw = dict(params=params, progress=False, warn=False, solver="dense")
     whole = acv.cross_validate(model, x, folds, "ij", **kw)
     problem = acv.make_problem(model, x, params)
-    per = hessian.residual_bytes(problem.fun, problem.u_full, np.ones(150), problem.data)
+    ones = np.ones(problem.n_units)
+    per = hessian.residual_bytes(problem.fun, problem.u_full, ones, problem.data)
     assert per > 150 * 2 * 8                     # the messages, not just the data
     monkeypatch.setattr(hessian, "SMALL_SWEEP", 0)
     monkeypatch.setattr(hessian, "SWEEP_BYTES", 4 * per)     # 2 tangents a pass
-    assert hessian.sweep_chunk(problem.fun, problem.u_full, np.ones(150), problem.data,
+    assert hessian.sweep_chunk(problem.fun, problem.u_full, ones, problem.data,
                                problem.u_full.size) == 2
     chunked = acv.cross_validate(model, x, folds, "ij", **kw)
     np.testing.assert_allclose(chunked.fold_loss, whole.fold_loss, rtol=1e-10)

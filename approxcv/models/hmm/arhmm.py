@@ -221,7 +221,8 @@ class AutoregressiveEmissions(HMM):
         no start selection on a subsample (``start_subsample`` is not used).
         """
         with placed(self.compute_profile):
-            seqs, level, n = self.prepare(data, level)
+            seqs, level, _ = self.prepare(data, level)
+            seqs, n = self.padded_units(seqs, level)
             starts = self._starts(seqs, level, init_params)
             obj, u0s = self._fit_problem(seqs, level, starts)
             scale = obj.scale

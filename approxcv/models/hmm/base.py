@@ -8,7 +8,10 @@ held-out losses in the full model, multi-start fitting — lives here once.
 Data: one sequence (``level="within"``: the units are its time steps) or a list of
 sequences of possibly different lengths (``level="structure"``: the units are sequences).
 Sequences are padded to a common length; padded steps have emission log-likelihood 0 and,
-the transition matrix being stochastic, contribute exactly nothing to ``log Z``.
+the transition matrix being stochastic, contribute exactly nothing to ``log Z``. Fits and
+cross-validation also pad the time axis to a size bucket (:meth:`HMM.padded_units`,
+:func:`approxcv._sizes.length_bucket`), so that series of similar lengths share their
+compiled programs; at level ``"within"`` the padded steps are null units of the engine.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from ...optim.newton import polish_rows
 from ...errors import (ArgumentTypeError, InvalidArgumentError,
                       InvalidDataError)
 from ..._placement import SEQUENTIAL, placed
+from ..._sizes import length_bucket
 from ...fitting import best_start, fit_method, padded, perturbation_restarts
 from ...inference import chain
 from .. import constraints as C
@@ -133,6 +137,24 @@ class HMM(ChainWindows, Model):
     def _validate_sequence(self, x, name: str) -> np.ndarray:
         raise NotImplementedError
 
+    def padded_units(self, data, level: str):
+        """``(Sequences, n)``: the prepared ``data`` with the time axis padded to
+        :func:`~approxcv._sizes.length_bucket` of its length by masked steps (emission
+        log-likelihood 0: nothing added to ``log Z`` nor to any held-out loss, and weighted
+        by 0 under scheme B, see :meth:`objective`), and its number of units: the padded
+        length at level ``"within"``, the sequences at ``"structure"``."""
+        seqs, level, n = self.prepare(data, level)
+        steps = int(seqs.mask.shape[1])
+        extra = length_bucket(steps) - steps
+        if extra:      # NumPy: a pad of each new length would be a program of its own
+            seqs = seqs._replace(x=self._padded_steps(seqs.x, extra),
+                                 mask=pad_steps(seqs.mask, extra))
+        return seqs, steps + extra if level == "within" else n
+
+    def _padded_steps(self, x, extra: int):
+        """``x (S, T, ...)`` with ``extra`` zero steps appended on the time axis."""
+        return pad_steps(x, extra)
+
     def objective_scale(self, seqs: Sequences) -> float:
         """Number of observed time steps (normalises optimiser tolerances)."""
         return float(np.asarray(seqs.mask).sum())
@@ -163,12 +185,14 @@ class HMM(ChainWindows, Model):
         marginal likelihood of :func:`approxcv.inference.chain.weighted_log_marginal`.
         ``level="structure"``: ``w`` has one entry per sequence and
         ``F = -sum_i w_i log p(x_i) - log p(theta)`` (``scheme`` is ignored).
+        Masked (padded) steps are weighted by 0, which under scheme B removes their latents
+        too (exactly: see :mod:`approxcv.inference.chain`).
         """
         seqs, level, n = self.prepare(data, level)
         weights = check_weights(weights, n)
         if level == "within":
             pots = self.log_potentials(params, seqs.x[0], seqs.mask[0])
-            ll = chain.weighted_log_marginal(*pots, weights, scheme)
+            ll = chain.weighted_log_marginal(*pots, weights * seqs.mask[0], scheme)
         else:
             ll = jnp.dot(weights, self.sequence_log_likelihoods(params, seqs))
         return -ll - self.log_prior(params, seqs)
@@ -244,7 +268,8 @@ class HMM(ChainWindows, Model):
             FitError: no start reached a finite objective.
         """
         with placed(self.compute_profile):
-            seqs, level, n = self.prepare(data, level)
+            seqs, level, _ = self.prepare(data, level)
+            seqs, n = self.padded_units(seqs, level)
             starts, selection = select_starts(self, seqs, level,
                                               self._starts(seqs, level, init_params))
             params = self._fit_from(seqs, level, n, starts)
@@ -376,6 +401,12 @@ class HMM(ChainWindows, Model):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_states={self.n_states})"
+
+
+def pad_steps(x, extra: int) -> jax.Array:
+    """``x (S, T, ...)`` with ``extra`` zeros appended on axis 1 (in NumPy)."""
+    x = np.asarray(x)
+    return jnp.asarray(np.pad(x, ((0, 0), (0, extra)) + ((0, 0),) * (x.ndim - 2)))
 
 
 def check_counts(x, name: str) -> np.ndarray:

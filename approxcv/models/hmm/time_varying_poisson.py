@@ -56,7 +56,7 @@ from .._transforms import (
 )
 from .. import constraints as C
 from ._delaporte import event_log_likelihood
-from .base import HMM, Sequences, check_counts
+from .base import HMM, Sequences, pad_steps, check_counts
 from .day_layout import day_layout, timestamps
 from ..._validate import check_positive, check_positive_int
 
@@ -265,6 +265,12 @@ class TimeVaryingPoisson(HMM):
         series = CountSeries(jnp.asarray(x), jnp.asarray(gammaln(x + 1.0)),
                              jnp.asarray(np.ascontiguousarray(grid)))
         return Sequences(series, seqs.mask), level, n
+
+    def _padded_steps(self, x, extra: int):
+        """The counts (and their log-factorials) with ``extra`` zero steps appended; the
+        excess grid has no time axis."""
+        return CountSeries(pad_steps(x.counts, extra), pad_steps(x.log_factorial, extra),
+                           x.grid)
 
     # ----------------------------------------------------------- parameters
     def rates(self, params, num_steps: int):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ...inference import chain
 
@@ -31,8 +30,7 @@ class ChainWindows:
         """Whether held-out losses of short folds can be computed in windows of the series
         (:meth:`window_heldout_loss`): one sequence, ``level="within"``, row-wise emissions."""
         seqs, level, _ = self.prepare(data, level)
-        return (level == "within" and seqs.num_sequences == 1 and self.rowwise_emissions
-                and bool(np.all(np.asarray(seqs.mask) > 0)))
+        return level == "within" and seqs.num_sequences == 1 and self.rowwise_emissions
 
     def window_context(self, params, data):
         """The boundary messages of the full series at ``params``
@@ -46,13 +44,15 @@ class ChainWindows:
         (``L = len(weights)``), the series outside it summarised by ``context``
         (:meth:`window_context`, usually of the full fit): ``(fold_loss, points (L,))``
         as :meth:`heldout_loss` restricted to the window
-        (:func:`approxcv.inference.chain.window_heldout_losses`)."""
+        (:func:`approxcv.inference.chain.window_heldout_losses`); masked (padded) steps
+        have emission log-likelihood 0."""
         seqs, _, _ = self.prepare(data, "within")
         length = weights.shape[0]
-        x = jax.tree_util.tree_map(
-            lambda leaf: jax.lax.dynamic_slice_in_dim(leaf, start, length, axis=0), seqs.x[0])
+        x, mask = jax.tree_util.tree_map(
+            lambda leaf: jax.lax.dynamic_slice_in_dim(leaf, start, length, axis=0),
+            (seqs.x[0], seqs.mask[0]))
         log_filtered, log_backward = context
-        log_lik = self._emission_log_lik(params, x)
+        log_lik = self._emission_log_lik(params, x) * mask[:, None]
         return chain.window_heldout_losses(
             jnp.log(params[0]), jnp.log(params[1]), log_lik, weights,
             log_filtered[jnp.maximum(start - 1, 0)], log_backward[start + length - 1],
@@ -64,10 +64,12 @@ class ChainWindows:
         conditions as :meth:`supports_windows`). The emission parameters are ``params``."""
         return jnp.log(params[0]), jnp.log(params[1]), params
 
-    def lane_emission(self, params, x):
-        """``(C, K)`` emission log-likelihoods of the steps ``x`` (row-wise emissions)."""
-        return self._emission_log_lik(params, x)
+    def lane_emission(self, params, series):
+        """``(C, K)`` emission log-likelihoods of the steps of ``series`` (a chunk of
+        :meth:`lane_series`; row-wise emissions), 0 at masked (padded) steps."""
+        x, mask = series
+        return self._emission_log_lik(params, x) * mask[:, None]
 
     def lane_series(self, data):
-        """The one sequence of the prepared data, ``(T, ...)``."""
-        return data.x[0]
+        """The one sequence of the prepared data and its mask, ``((T, ...), (T,))``."""
+        return data.x[0], data.mask[0]
