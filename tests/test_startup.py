@@ -183,6 +183,25 @@ def test_any_way_into_the_numerics_configures_jax_first(first):
     assert res.stdout.split() == ["True"]
 
 
+def test_one_family_imports_no_other_family():
+    """The README example's imports (an HMM, ``cross_validate``, folds, data) load no other
+    model family and not SciPy's statistics (about 1.5 s of imports before), yet every
+    family's names and the flat layout's old module names still resolve."""
+    code = ("import sys, approxcv as acv\n"
+            "acv.models.PoissonHMM; acv.cross_validate; acv.folds.iid; acv.datasets.load_calls\n"
+            "print(' '.join(sorted({m.split('.')[2] for m in sys.modules\n"
+            "                       if m.startswith('approxcv.models.')})))\n"
+            "print('scipy.stats' in sys.modules)\n"
+            "from approxcv.models.ridge import Ridge\n"
+            "print(Ridge is acv.models.Ridge, acv.models.GP.__module__)\n")
+    res = _python("-c", code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    families, stats, resolved = res.stdout.strip().splitlines()
+    assert set(families.split()) & {"hmm", "erm", "crf", "mrf", "gp"} == {"hmm"}
+    assert stats == "False"
+    assert resolved == "True approxcv.models.gp.model"
+
+
 def test_every_public_name_resolves():
     for name in acv.__all__:
         assert getattr(acv, name) is not None, name

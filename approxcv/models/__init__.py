@@ -7,15 +7,39 @@ Poisson event model), :mod:`.erm` (regularised empirical risk minimisation), :mo
 protocol in :mod:`.base`; every public class is also available here as
 ``approxcv.models.<Name>``.
 """
-from .crf import LinearChainCRF, LinearChainCRFParams
-from .gp import GP, GPParams
-from .erm import (ERM, ERMData, ElasticNet, ElasticNetOnSupport, ElasticNetParams, Logistic,
-                  LogisticParams, PoissonRegression, PoissonRegressionParams, Ridge, RidgeParams,
-                  SupportChangeWarning)
-from .mrf import FieldData, HiddenPotts, HiddenPottsGaussianParams, HiddenPottsParams
-from .hmm import (ARHMM, HMM, ARHMMParams, CategoricalHMM, CategoricalHMMParams, GaussianHMM,
-                  GaussianHMMParams, NeuralARHMM, NeuralARHMMParams, PoissonHMM,
-                  PoissonHMMParams, Sequences, TimeVaryingPoisson, TimeVaryingPoissonParams)
+import importlib as _importlib
+import importlib.abc as _importlib_abc
+import importlib.util as _importlib_util
+import sys as _sys
+
+#: the public names of each family subpackage, imported when first used (PEP 562): a user
+#: of one family does not wait for the others' imports (a GP's brought SciPy's statistics)
+_FAMILIES = {
+    "hmm": ("HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
+            "GaussianHMMParams", "CategoricalHMM", "CategoricalHMMParams", "ARHMM",
+            "ARHMMParams", "NeuralARHMM", "NeuralARHMMParams", "TimeVaryingPoisson",
+            "TimeVaryingPoissonParams"),
+    "erm": ("ERM", "ERMData", "Ridge", "RidgeParams", "Logistic", "LogisticParams",
+            "PoissonRegression", "PoissonRegressionParams", "ElasticNet",
+            "ElasticNetOnSupport", "ElasticNetParams", "SupportChangeWarning"),
+    "crf": ("LinearChainCRF", "LinearChainCRFParams"),
+    "mrf": ("HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData"),
+    "gp": ("GP", "GPParams"),
+}
+_FAMILY_OF = {name: family for family, names in _FAMILIES.items() for name in names}
+
+
+def __getattr__(name):
+    if name in _FAMILY_OF:
+        value = getattr(_importlib.import_module(f".{_FAMILY_OF[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "GaussianHMMParams", "CategoricalHMM", "CategoricalHMMParams",
@@ -29,10 +53,8 @@ __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
 
 # Modules of the flat layout before the family subpackages (approxcv <= 0.1's
 # ``approxcv.models.poisson_hmm`` etc.) stay importable under their old names, so older
-# import paths and pickled parameters (NamedTuples record their module) keep working.
-import importlib as _importlib  # noqa: E402
-import sys as _sys  # noqa: E402
-
+# import paths and pickled parameters (NamedTuples record their module) keep working: an
+# import of an old name gives the module under its new one, imported then.
 _FLAT_LAYOUT = {"poisson_hmm": "hmm.poisson_hmm", "gaussian_hmm": "hmm.gaussian_hmm",
                 "categorical_hmm": "hmm.categorical_hmm", "arhmm": "hmm.arhmm",
                 "neural_arhmm": "hmm.neural_arhmm",
@@ -41,5 +63,24 @@ _FLAT_LAYOUT = {"poisson_hmm": "hmm.poisson_hmm", "gaussian_hmm": "hmm.gaussian_
                 "_delaporte": "hmm._delaporte", "ridge": "erm.ridge", "logistic": "erm.logistic",
                 "poisson_regression": "erm.poisson_regression", "elastic_net": "erm.elastic_net",
                 "elastic_net_support": "erm.elastic_net_support", "_glm": "erm._glm"}
-for _old, _new in _FLAT_LAYOUT.items():
-    _sys.modules[f"{__name__}.{_old}"] = _importlib.import_module(f"{__name__}.{_new}")
+
+
+class _FlatLayoutFinder(_importlib_abc.MetaPathFinder, _importlib_abc.Loader):
+    """Finds ``approxcv.models.<old name>`` (:data:`_FLAT_LAYOUT`) and loads it as the
+    module of its new name."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, old = fullname.rpartition(".")
+        if package == __name__ and old in _FLAT_LAYOUT:
+            return _importlib_util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return _importlib.import_module(f"{__name__}.{_FLAT_LAYOUT[spec.name.rpartition('.')[2]]}")
+
+    def exec_module(self, module):
+        pass            # imported under its new name already
+
+
+if not any(isinstance(f, _FlatLayoutFinder) for f in _sys.meta_path):
+    _sys.meta_path.append(_FlatLayoutFinder())
