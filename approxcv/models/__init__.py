@@ -76,7 +76,8 @@ class _FlatLayoutFinder(_importlib_abc.MetaPathFinder, _importlib_abc.Loader):
         return None
 
     def create_module(self, spec):
-        return _importlib.import_module(f"{__name__}.{_FLAT_LAYOUT[spec.name.rpartition('.')[2]]}")
+        new = _FLAT_LAYOUT[spec.name.rpartition(".")[2]]
+        return _importlib.import_module(f"{__name__}.{new}")
 
     def exec_module(self, module):
         pass            # imported under its new name already
