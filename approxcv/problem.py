@@ -287,7 +287,7 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     prepared, level, n_units = model.prepare(data, level)
     if not checked:
         params = model.check_params(params, prepared, level)
-    n_data = n_units
+    n_data, scale = n_units, model.objective_scale(prepared)    # the data's, not padding's
     if hasattr(model, "padded_units"):     # null units to a size bucket: shared programs
         prepared, n_units = model.padded_units(prepared, level)
     starts = model_starts(model, prepared, level, restarts)
@@ -304,7 +304,6 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     numeric = _numbers_as_arguments(model, refit, estimators)
     fun, heldout, unravel, window_heldout, lanes = _functions(
         _Structure(model) if numeric else model, scheme, level, treedef, shapes)
-    scale = model.objective_scale(prepared)
     glm = model.glm_structure(prepared)
     engine_data = prepared
     if numeric:

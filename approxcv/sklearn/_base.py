@@ -19,7 +19,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from ..api import cross_validate
 from ..errors import InvalidArgumentError
 from ..folds import leave_one_out
-from ._models import WEIGHTED_MODELS, pack_response
+from ._models import WEIGHTED_MODELS, pack_response, padded_rows
 from ._penalty_search import search_penalty
 
 __all__ = ["default_grid", "check_groups", "padded_rows", "padded_columns", "fit_glm", "ALOFit",
@@ -84,26 +84,6 @@ class ALOFit:
                                       leave_one_out(len(self._data[1])), "ns",
                                       params=self._params, progress=False, warn=False)
         return self._cv
-
-
-def padded_rows(n: int) -> int:
-    """Rows after padding, so that fits on data of nearby sizes (a grid search's splits,
-    scikit-learn's checks) share compiled programs: the next power of two (at least 16) up
-    to :data:`POW2_MAX_ROWS` rows, above that the next number with two significant bits,
-    ``q 2^k`` with ``q`` in 4..7 (at most 25 % more rows; a power of two added up to 100 %:
-    the breast cancer search on 1,024 rows for 569 took 0.048 s against 0.022 s unpadded,
-    on 640 rows 0.029 s). Up to 256 rows a fit takes milliseconds whatever the padding,
-    and a new shape compiles for about a second: scikit-learn's estimator checks fitted
-    8 row counts (16 to 320) with ``q 2^k`` from 64 rows up, 6 with powers of two to 256."""
-    n = int(n)
-    if n <= POW2_MAX_ROWS:
-        return max(16, 1 << (n - 1).bit_length())
-    shift = n.bit_length() - 3
-    return (-(-n >> shift)) << shift
-
-
-#: rows up to this are padded to a power of two (:func:`padded_rows`)
-POW2_MAX_ROWS = 256
 
 
 #: feature counts up to this are padded (:func:`padded_columns`); above it a program's

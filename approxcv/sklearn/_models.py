@@ -19,6 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from .._sizes import round_up_significant
 from .._validate import as_real_array, check_finite
 from ..errors import InvalidDataError
 from ..models.erm.base import ERM, ERMData, ridge_total
@@ -26,8 +27,28 @@ from ..models.erm.logistic import Logistic
 from ..models.erm.poisson_regression import PoissonRegression
 from ..models.erm.ridge import Ridge, closed_form_ridge_fit
 
-__all__ = ["pack_response", "group_ridge", "WeightedRidge", "WeightedLogistic",
-           "WeightedPoisson", "WEIGHTED_MODELS"]
+__all__ = ["pack_response", "group_ridge", "padded_rows", "POW2_MAX_ROWS", "WeightedRidge",
+           "WeightedLogistic", "WeightedPoisson", "WEIGHTED_MODELS"]
+
+#: rows up to this are padded to a power of two (:func:`padded_rows`)
+POW2_MAX_ROWS = 256
+
+
+def padded_rows(n: int) -> int:
+    """Rows after padding with null samples (sample weight 0), so that fits and
+    cross-validation on data of nearby sizes (a grid search's splits, scikit-learn's checks,
+    ``alo_score`` on the splits of an outer CV) share compiled programs: the next power of
+    two (at least 16) up to :data:`POW2_MAX_ROWS` rows, above that the next number with
+    three significant bits, ``q 2^k`` with ``q`` in 4..7 (at most 25 % more rows; a power
+    of two added up to 100 %: the breast cancer search on 1,024 rows for 569 took 0.048 s
+    against 0.022 s unpadded, on 640 rows 0.029 s). Up to 256 rows a fit takes
+    milliseconds whatever the padding, and a new shape compiles for about a second:
+    scikit-learn's estimator checks fitted 8 row counts (16 to 320) with ``q 2^k`` from 64
+    rows up, 6 with powers of two to 256."""
+    n = int(n)
+    if n <= POW2_MAX_ROWS:
+        return max(16, 1 << (n - 1).bit_length())
+    return round_up_significant(n, 3)
 
 
 def pack_response(y, sample_weight) -> np.ndarray:
@@ -95,6 +116,28 @@ class _Weighted(ERM):
         if np.any(Y[:, 1] < 0):
             raise InvalidDataError("`sample_weight` must be >= 0")
         return ERMData(jnp.asarray(X), jnp.asarray(Y)), "within", X.shape[0]
+
+    def padded_units(self, data, level=None):
+        """``(ERMData, n)``: the prepared ``data`` with rows of sample weight 0 (zero
+        features, response 0) appended to :func:`padded_rows` rows, and its number of rows,
+        as the estimators' search pads. A row of weight 0 is a null unit: its weighted
+        loss, gradient and curvature are 0 at every parameter, so scoring data of another
+        size in the same bucket reuses the compiled programs."""
+        data, _, n = self.prepare(data, level)
+        rows = padded_rows(n)
+        if rows == n:
+            return data, n
+        X, Y = np.asarray(data.X), np.asarray(data.y)
+        X = np.concatenate([X, np.zeros((rows - n, X.shape[1]))])
+        Y = np.concatenate([Y, np.zeros((rows - n, 2))])
+        return ERMData(jnp.asarray(X), jnp.asarray(Y)), rows
+
+    def fit(self, data, level=None):
+        """:meth:`~approxcv.models.erm.ERM.fit` on the data padded with null rows
+        (:meth:`padded_units`): the same optimum, and data of another size in the same
+        bucket reuse the fit's program."""
+        data, _, _ = self.prepare(data, level)
+        return super().fit(self.padded_units(data)[0])
 
 
 class WeightedRidge(_Weighted, Ridge):

@@ -138,3 +138,45 @@ def test_alo_search_matches_gridsearch_loo_choice(data):
     assert search.best_params_ == gs.best_params_
     assert search.cv_results_["rank_test_score"][search.best_index_] == 1
     np.testing.assert_allclose(search.predict(X), gs.predict(X), rtol=1e-8)
+
+
+@pytest.fixture(scope="module")
+def data37():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(39, P))
+    eta = X @ [1.0, -0.5, 0.0, 0.3]
+    return {"X": X, "reg": eta + rng.normal(size=39),
+            "bin": (rng.random(39) < 1 / (1 + np.exp(-eta))).astype(int),
+            "count": rng.poisson(np.exp(0.5 * eta))}
+
+
+@pytest.mark.parametrize("est, target", [
+    (Ridge(alpha=2.0), "reg"), (LogisticRegression(C=1.0), "bin"),
+    (PoissonRegressor(alpha=0.1), "count")])
+def test_alo_score_on_rows_padded_to_a_bucket_equals_the_unpadded(data37, est, target,
+                                                                   monkeypatch):
+    """37 samples run as 64 (rows of sample weight 0, null units): the same fold losses and
+    fit as with the padding switched off; a cv splitter's folds too."""
+    from approxcv.sklearn import _models
+    X, y = data37["X"][:37], data37[target][:37]
+    sw = np.linspace(0.5, 1.5, 37)
+    padded = [alo_score(est, X, y, cv, sample_weight=sw) for cv in (None, 4)]
+    assert padded[0].cv_result.diagnostics["num_params"] == P + 1
+    monkeypatch.setattr(_models, "padded_rows", lambda n: n)
+    alone = [alo_score(est, X, y, cv, sample_weight=sw) for cv in (None, 4)]
+    for a, b in zip(padded, alone):
+        np.testing.assert_allclose(a.cv_result.fold_loss, b.cv_result.fold_loss, rtol=1e-8)
+        np.testing.assert_allclose(a.cv_result.params_flat, b.cv_result.params_flat,
+                                   rtol=1e-8, atol=1e-10)
+        assert a.mean_loss == pytest.approx(b.mean_loss, rel=1e-9)
+        assert a.cv_result.folds.n == 37
+
+
+def test_alo_score_of_another_size_in_the_bucket_compiles_nothing(data37):
+    from ..conftest import backend_compiles
+    compiled = []
+    for n in (37, 39):          # both run as 64 rows; 3 features: programs of their own
+        with backend_compiles() as count:
+            alo_score(LogisticRegression(C=0.3), data37["X"][:n, :3], data37["bin"][:n])
+        compiled.append(count[0])
+    assert compiled[0] > 0 and compiled[1] == 0

@@ -269,7 +269,8 @@ class ERM(Model):
     def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
         """``n`` starts: zeros, then small Gaussian coefficients (seeded)."""
         data, _, _ = self.prepare(data, level)
-        dim = self.design(data).shape[1]
+        # the design's shape only: traced, not compiled (a program per data shape)
+        dim = jax.eval_shape(self.design, data).shape[1]
         rng = np.random.default_rng(seed)
         return [self.flat_to_params(np.zeros(dim) if i == 0 else 0.1 * rng.normal(size=dim))
                 for i in range(n)]
