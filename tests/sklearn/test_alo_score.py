@@ -146,13 +146,11 @@ def data37():
     X = rng.normal(size=(39, P))
     eta = X @ [1.0, -0.5, 0.0, 0.3]
     return {"X": X, "reg": eta + rng.normal(size=39),
-            "bin": (rng.random(39) < 1 / (1 + np.exp(-eta))).astype(int),
-            "count": rng.poisson(np.exp(0.5 * eta))}
+            "bin": (rng.random(39) < 1 / (1 + np.exp(-eta))).astype(int)}
 
 
-@pytest.mark.parametrize("est, target", [
-    (Ridge(alpha=2.0), "reg"), (LogisticRegression(C=1.0), "bin"),
-    (PoissonRegressor(alpha=0.1), "count")])
+@pytest.mark.parametrize("est, target", [(Ridge(alpha=2.0), "reg"),
+                                         (LogisticRegression(C=1.0), "bin")])
 def test_alo_score_on_rows_padded_to_a_bucket_equals_the_unpadded(data37, est, target,
                                                                    monkeypatch):
     """37 samples run as 64 (rows of sample weight 0, null units): the same fold losses and

@@ -89,19 +89,18 @@ def test_cross_validation_on_the_padded_series(poisson_fit, unpadded, method, sc
     assert padded.folds.n == 37 and len(padded.point_loss[2]) == 3
 
 
-def test_lanes_skip_the_padding(unpadded, monkeypatch):
-    """Held-out passes and chord steps with folds in lanes (i.i.d. folds of a long series)
-    on a padded series give the numbers of the series alone: the lanes mask the padded
-    steps' emissions. (Windows of short folds on a padded series equal the full passes:
-    ``tests/engine/test_windows.py``, on 1,200 steps run as 1,280.)"""
+def test_lanes_skip_the_padding(poisson_fit, unpadded, monkeypatch):
+    """Held-out passes and chord steps with folds in lanes (i.i.d. folds of a long series,
+    forced here on 37 steps in chunks of 16) on the padded series give the numbers of the
+    series alone: the lanes mask the padded steps' emissions. (Windows of short folds on a
+    padded series equal the full passes: ``tests/engine/test_windows.py``, on 1,200 steps
+    run as 1,280.)"""
     monkeypatch.setattr(lanes, "LANES_MIN_WORK", 0)
-    monkeypatch.setattr(lanes, "LANES_CHUNK", 64)
-    x = simulate_poisson_hmm(300, seed=4)               # padded to 320 steps
-    model = acv.models.PoissonHMM(2, n_init=1)
-    params = model.fit(x)
-    spread = acv.folds.iid(300, 0.1, 6, seed=0)
+    monkeypatch.setattr(lanes, "LANES_CHUNK", 16)
+    model, x, params = poisson_fit
+    spread = acv.folds.iid(37, 0.1, 6, seed=0)
     problem = make_problem(model, x, params)
-    assert problem.n_units == 320 and lanes.use_lanes(problem, spread.padded())
+    assert problem.n_units == 40 and lanes.use_lanes(problem, spread.padded())
     kw = dict(params=params, progress=False, warn=False)
     padded = acv.cross_validate(model, x, spread, "ij", **kw)
     unpadded()
