@@ -103,8 +103,9 @@ def padded_columns(p: int) -> int:
 def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps) -> ALOFit:
     """Tune and fit a sample-weighted GLM (``family`` of :data:`WEIGHTED_MODELS`).
 
-    The search runs on the data padded to :func:`padded_rows` rows with sample weight 0
-    (response 0) and to :func:`padded_columns` feature columns of zeros (in group 0). The
+    The search runs on the data padded to :func:`padded_columns` feature columns of zeros
+    (in group 0) and, by the model's ``padded_units``, to :func:`padded_rows` rows with
+    sample weight 0 (response 0). The
     padded rows add nothing to the objective or to the sum of leave-one-out losses, whose
     mean is rescaled by ``n_padded / n``; a zero column's coefficient is 0 at every
     penalty (its gradient is ``lam theta_j``) and adds nothing to any prediction or
@@ -114,11 +115,12 @@ def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps) ->
     m = 1 if groups is None else max(groups) + 1
     lam0 = 1.0 if groups is None else tuple(np.ones(m))
     (n, p), data = X.shape, (X, pack_response(y, sw))
-    n_pad, p_pad = padded_rows(n), padded_columns(p)
-    padded = (np.zeros((n_pad, p_pad)), np.zeros((n_pad, 2)))
-    padded[0][:n, :p], padded[1][:n] = X, data[1]
+    p_pad = padded_columns(p)
+    columns = np.zeros((n, p_pad))
+    columns[:, :p] = X
     padded_groups = None if groups is None else tuple(groups) + (0,) * (p_pad - p)
     model = WEIGHTED_MODELS[family](lam0, padded_groups, fit_intercept=fit_intercept)
+    padded, n_pad = model.padded_units((columns, data[1]))
     search = search_penalty(model, padded, np.asarray(grid, np.float64), m, newton_steps)
     search.acv *= n_pad / n
     search.path["acv"] *= n_pad / n
