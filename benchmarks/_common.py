@@ -29,6 +29,20 @@ def child_json(script: str, *args: str, check: bool = True) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def compile_counter() -> list:
+    """``[n]``: the programs this process compiles (or loads from the persistent cache) from
+    now on, counted by a ``jax.monitoring`` listener (JAX is imported here, not by scripts
+    whose children must not load it)."""
+    import jax
+    count = [0]
+
+    def on_duration(event, secs, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            count[0] += 1
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    return count
+
+
 def write_json(name: str, quick: bool, out: dict) -> str:
     """Write ``out`` as ``results/<name>[_quick].json``; return the path stem."""
     os.makedirs(RESULTS, exist_ok=True)

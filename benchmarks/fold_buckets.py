@@ -20,21 +20,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _common import child_json, write_json  # noqa: E402
+from _common import child_json, compile_counter, write_json  # noqa: E402
 COUNTS = (200, 210, 220, 250)
 
 
 def _setup(bucketing: bool):
-    import jax
-
     import approxcv as acv
     from approxcv import api
-    compiles = [0]
-
-    def on_duration(event, secs, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles[0] += 1
-    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    compiles = compile_counter()
     if not bucketing:
         api._run_folds = lambda method, model, problem, folds, opts: folds
     x = acv.datasets.load_calls(2000)

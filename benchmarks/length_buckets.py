@@ -21,21 +21,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _common import child_json, write_json  # noqa: E402
+from _common import child_json, compile_counter, write_json  # noqa: E402
 LENGTHS = (2000, 2030, 1950, 2040)
 
 
 def _setup(padding: bool):
-    import jax
-
     import approxcv as acv
     from approxcv.models.hmm import base
-    compiles = [0]
-
-    def on_duration(event, secs, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles[0] += 1
-    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    compiles = compile_counter()
     if not padding:
         base.length_bucket = lambda n: n
     return acv, compiles
