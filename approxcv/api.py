@@ -14,7 +14,7 @@ from ._validate import check_choice
 from .engine.audit import audit_folds
 from .engine.heldout import heldout_losses
 from .engine.diagnostics import record_unreliable, unreliable_causes
-from .engine.error_estimate import estimate_errors
+from .engine.error_estimate import estimate_errors, screened_estimate_errors
 from .engine.fingerprint import result_fingerprint
 from .engine.fold_buckets import bucketed, trim_per_fold
 from .engine.options import Options
@@ -177,12 +177,22 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                                                    opts.progress, diagnostics)
             stages["heldout"] = stages.get("heldout", 0.0) + time.perf_counter() - t_heldout
             diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
-            if "chord_correction" in diagnostics:    # ij, ns: every fold's error estimate
-                t_est = time.perf_counter()
-                est = estimate_errors(problem, params_flat, fold_loss, index,
-                                      diagnostics.pop("chord_correction"), opts.batch_size,
-                                      opts.progress, points=False)[0]
-                diagnostics["chord_rate"] = np.asarray(diagnostics["chord_rate"])
+            if "chord_screen" in diagnostics or "chord_correction" in diagnostics:
+                t_est = time.perf_counter()          # ij, ns: every fold's error estimate
+                if "chord_screen" in diagnostics:    # ij: the screen, two steps where needed
+                    est, _, rate, full = screened_estimate_errors(
+                        problem, params_flat, fold_loss, index,
+                        diagnostics.pop("chord_screen"), opts.tol, opts.batch_size,
+                        opts.progress)
+                    screened = np.ones(len(run_folds), bool)
+                    screened[full] = False
+                    diagnostics["error_estimate_screened"] = screened
+                else:
+                    est = estimate_errors(problem, params_flat, fold_loss, index,
+                                          diagnostics.pop("chord_correction"), opts.batch_size,
+                                          opts.progress, points=False)[0]
+                    rate = diagnostics["chord_rate"]
+                diagnostics["chord_rate"] = np.asarray(rate)
                 causes = unreliable_causes(diagnostics.get("unreliable"), len(run_folds))
                 causes["error_estimate_above_tol"] = ~(est <= opts.tol)
                 diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)

@@ -64,7 +64,8 @@ class Problem(NamedTuple):
     estimators: ``None``, or the model's own methods (``model.own_estimators``):
     ``{name: fn(folds, options) -> (fold_loss, points, diagnostics)}``; the engine's
     methods call them (:mod:`approxcv.engine.methods.model_estimators`) and refuse every
-    other method.
+    other method. splits: the objective splits as ``F(u, w_o) = F(u, 1) - L_o(u)``
+    (``model.objective_splits``; the IJ's screened error estimate).
     """
     fun: Callable
     heldout: Callable
@@ -84,6 +85,7 @@ class Problem(NamedTuple):
     windows: Callable | None = None
     lanes: Any = None
     estimators: dict | None = None
+    splits: bool = False
 
 
 class Lanes(NamedTuple):
@@ -315,11 +317,13 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
         windows = _LazyWindows(model, window_heldout, unravel, prepared, u_full)
     else:
         lanes = None
+    splits = getattr(model, "objective_splits", None)
     return Problem(fun, heldout, engine_data, u_full, unravel, int(n_units),
                    float(n_data if scale is None else scale), starts,
                    (model, scheme, level), getattr(model, "refit_solver", None),
                    None if glm is None else GLMStructure(*glm), refit, checker,
-                   getattr(model, "batch_rows", "vmap"), None, windows, lanes, estimators)
+                   getattr(model, "batch_rows", "vmap"), None, windows, lanes, estimators,
+                   bool(splits(scheme, level)) if splits is not None else False)
 
 
 def _numbers_as_arguments(model, refit, estimators) -> bool:

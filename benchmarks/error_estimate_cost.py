@@ -57,6 +57,9 @@ def measure(name, model, data, folds, n_exact):
     first, _ = _timed(lambda: acv.cross_validate(model, data, folds, "ij", **kw))
     runs = [acv.cross_validate(model, data, folds, "ij", **kw) for _ in range(REPEATS)]
     res = min(runs, key=lambda r: r.seconds)
+    full_runs = [acv.cross_validate(model, data, folds, "ij", error_estimate="full", **kw)
+                 for _ in range(REPEATS)]
+    full = min(full_runs, key=lambda r: r.seconds)
     problem = make_problem(model, data, params)
     index = folds.padded()
     bare_held = min(_timed(lambda: heldout_losses(problem, res.params_flat, index))[1]
@@ -75,6 +78,19 @@ def measure(name, model, data, folds, n_exact):
            "ij_with_estimate_seconds": res.seconds,
            "ij_with_estimate_stage_seconds": res.stage_seconds,
            "bare_ij_seconds": bare, "ratio_warm": res.seconds / bare,
+           "ij_with_full_estimate_seconds": full.seconds,
+           "ij_with_full_estimate_stage_seconds": full.stage_seconds,
+           "ratio_full_warm": full.seconds / bare,
+           "full_estimate_folds": (int(np.sum(~res.diagnostics["error_estimate_screened"]))
+                                   if "error_estimate_screened" in res.diagnostics else None),
+           "n_flagged_by_full": int(np.sum(~(np.asarray(full.error_estimate) <= tol))),
+           "flagged_by_full_not_by_screened": int(np.sum(
+               ~(np.asarray(full.error_estimate) <= tol)
+               & (np.asarray(res.error_estimate) <= tol))),
+           "screened_over_full_estimate_quantiles": np.quantile(
+               np.asarray(res.error_estimate) / np.maximum(np.asarray(full.error_estimate),
+                                                           1e-300),
+               [0.0, 0.05, 0.5, 0.95, 1.0]).tolist(),
            "ij_with_estimate_first_call_seconds": first.seconds,
            "ij_first_call_stage_seconds": first.stage_seconds,
            "first_call_estimate_share": first.stage_seconds["error_estimate"] / first.seconds,
@@ -87,7 +103,10 @@ def measure(name, model, data, folds, n_exact):
            "max_true_rel_error": float(true.max()),
            "estimate_over_true_min": float(np.min(est / np.maximum(true, 1e-300)))}
     print(f"{name}: IJ+estimate {res.seconds:.3f}s, bare {bare:.3f}s, ratio "
-          f"{out['ratio_warm']:.2f} (first call: estimate {out['first_call_estimate_share']:.0%} "
+          f"{out['ratio_warm']:.2f} (full estimate {out['ratio_full_warm']:.2f}; "
+          f"{out['full_estimate_folds']} folds took it; flagged {out['n_flagged']} vs "
+          f"{out['n_flagged_by_full']}, missed {out['flagged_by_full_not_by_screened']}) "
+          f"(first call: estimate {out['first_call_estimate_share']:.0%} "
           f"of {first.seconds:.1f}s); >10% off {out['n_bad_exact']}, flagged "
           f"{out['n_bad_flagged']}",
           flush=True)

@@ -232,6 +232,17 @@ def test_protocol_invariants(row):
     w[0] = 1.0
     fold, points = one_out(u, jnp.asarray(w), problem.data)
     np.testing.assert_allclose(np.asarray(points)[n - 1], float(fold), rtol=1e-8, err_msg=name)
+    # the objective splits, F(u, w_o) = F(u, 1) - L_o(u), exactly where the model says so
+    # (the IJ's screened error estimate relies on it): at a point off the fit, both schemes
+    if name not in OWN_METHODS:
+        v = u + 0.05 * jnp.cos(jnp.arange(u.shape[0]))
+        w = np.ones(n_all)
+        w[[1, n // 2]] = 0.0
+        for scheme in ("A", "B"):
+            p = acv.make_problem(model, prepared, params, level=level, scheme=scheme)
+            lo = float(p.heldout(v, jnp.asarray(w), p.data)[0])
+            gap = float(p.fun(v, jnp.ones(n_all), p.data) - p.fun(v, jnp.asarray(w), p.data))
+            assert (abs(gap - lo) <= 1e-10 * max(1.0, abs(lo))) == p.splits, (name, scheme)
     # w = 1 reproduces the fit: the fit is stationary for the weighted objective at unit
     # weights (the fits stop at ||grad|| <= 1e-7 x scale; a refit from there would not move)
     if name != "ElasticNet":            # non-smooth: its refits use a proximal solver

@@ -7,6 +7,20 @@ contraction ``rho = ||d_2||_M / ||d_1||_M``, and where ``rho < 1`` the remaining
 the fold's optimum ``u* ~ u_m - (d_1 + d_2 / (1 - rho))``. A leaf module: the error estimate
 (:mod:`approxcv.engine.error_estimate`), the GLM fast path, the NS method, lanes, windows and
 the matrix-free solvers all use it.
+
+The **screen** (:func:`first_chord_step`, :func:`screen_terms`) takes the first step only.
+Where the weighted objective splits as ``F(u, w_o) = F(u, 1) - L_o(u)`` (``L_o`` the held-out
+fold loss; :meth:`~approxcv.models.base.Model.objective_splits`), the held-out gradient at
+the method's point is ``grad L_o(u_m) = grad F(u_m, 1) - r_1 ~ g_1 + H delta - r_1``
+(``delta = u_m - u_1``, ``g_1 = grad F(u_1, 1)``, first order in ``delta``), so the first
+step changes the fold loss by, to first order and with ``H d_1 = r_1``::
+
+    L_o(u_m - d_1) - L_o(u_m) ~ r_1' (d_1 - delta) - g_1' d_1,
+
+and ``rho = ||d_1||_H / ||delta||_H`` compares the first step with the IJ's own: the chord
+iteration's contraction where ``F`` is linear in ``w`` (the IJ point is then the first chord
+step from ``u_1``), a guard that overstates it for latent-variable models. Both come from
+the one gradient per fold the first step needs.
 """
 from __future__ import annotations
 
@@ -16,7 +30,8 @@ import jax.scipy.linalg as jsl
 from jax import lax
 
 __all__ = ["ROUNDOFF_DECREASE", "FORWARD_MAX_DIM", "contraction_rate", "extrapolate",
-           "value_and_gradient", "chord_step"]
+           "value_and_gradient", "chord_step", "first_chord_step", "second_chord_step",
+           "screen_terms"]
 
 
 #: a first chord step whose predicted decrease of ``F`` (``d_1' r_1``) is below this times
@@ -74,3 +89,37 @@ def chord_step(fun, chol, u_m, w, data, forward: bool | None = None):
     _, (values, r, d) = lax.scan(step, u_m, None, length=2)
     rho = contraction_rate(jnp.dot(d[1], r[1]), jnp.dot(d[0], r[0]), values[0])
     return extrapolate(d[0], d[1], rho), rho
+
+
+def first_chord_step(fun, chol, u_m, w, data, forward: bool | None = None):
+    """``(d_1, r_1, F(u_m, w))``: the first step of :func:`chord_step`, ``r_1 = grad F(u_m,
+    w)`` and ``d_1 = M^{-1} r_1``."""
+    value, r = value_and_gradient(fun, u_m, w, data, forward=forward)
+    return jsl.cho_solve((chol, True), r), r, value
+
+
+def second_chord_step(fun, chol, u_m, d1, w, data, forward: bool | None = None):
+    """``(correction, rho)`` of :func:`chord_step` given its first step ``d_1``: the second
+    gradient at ``u_m - d_1``, ``rho = ||d_2||_H / ||d_1||_H`` and the extrapolation."""
+    value, r2 = value_and_gradient(fun, u_m - d1, w, data, forward=forward)
+    d2 = jsl.cho_solve((chol, True), r2)
+    rho = contraction_rate(jnp.dot(d2, r2), jnp.sum(jnp.square(chol.T @ d1)), value)
+    return extrapolate(d1, d2, rho), rho
+
+
+def screen_terms(chol, d1, r1, value, delta, g1):
+    """``(change, reach, rho)`` of one fold from its first chord step (module docstring, the
+    screen): ``change = r_1' (d_1 - delta) - g_1' d_1``, the first-order change of the
+    held-out fold loss along ``-d_1`` where the objective splits; ``reach =
+    ||grad L_o||_{H^-1} ||d_1||_H``, which bounds the first-order change along any step of
+    ``H``-norm ``||d_1||_H`` (Cauchy-Schwarz; ``H^{-1} grad L_o ~ H^{-1} g_1 + delta -
+    d_1``); and ``rho = ||d_1||_H / ||delta||_H`` (``||x||_H^2 = ||chol' x||^2``,
+    ``||d_1||_H^2 = d_1' r_1``), with :func:`contraction_rate`'s conventions."""
+    h_delta = chol @ (chol.T @ delta)
+    held_grad = g1 + h_delta - r1                       # grad L_o(u_m), first order
+    held_step = jsl.cho_solve((chol, True), g1) + delta - d1     # H^{-1} grad L_o(u_m)
+    step_sq = jnp.dot(d1, r1)
+    change = jnp.dot(r1, d1 - delta) - jnp.dot(g1, d1)
+    reach = jnp.sqrt(jnp.maximum(jnp.dot(held_grad, held_step), 0.0)
+                     * jnp.maximum(step_sq, 0.0))
+    return change, reach, contraction_rate(step_sq, jnp.dot(delta, h_delta), value)

@@ -26,7 +26,8 @@ MIN_BUCKET = 8
 POW2_MAX_FOLDS = 64
 #: diagnostics of the local methods with one entry per fold (leading axis), trimmed with
 #: the folds; ``unreliable`` is a dict of such arrays
-PER_FOLD_KEYS = ("fold_gradient_norm", "chord_rate", "error_estimate", "ns_hessian_min_eig",
+PER_FOLD_KEYS = ("fold_gradient_norm", "chord_rate", "error_estimate",
+                 "error_estimate_screened", "ns_hessian_min_eig",
                  "ns_jitter", "ns_downdate_fallback", "unreliable")
 
 

@@ -40,7 +40,10 @@ class Options:
     random folds to measure the error of a method; hessian_diagonal: ``lambda >= 0`` added to
     the diagonal of ``H`` by ``ij`` (dense) before factoring, to keep it invertible far from
     an optimum (recorded); in_sample: also the held-out losses at the full-data fit
-    (``diagnostics["lpd_full"]``: ``p = lpd - elpd`` in ``to_arviz()``); device:
+    (``diagnostics["lpd_full"]``: ``p = lpd - elpd`` in ``to_arviz()``); error_estimate:
+    ``"screened"`` (the IJ's per-fold estimate from one chord step where that vouches, the
+    two steps elsewhere) or ``"full"`` (the two steps on every fold;
+    :mod:`approxcv.engine.error_estimate`); device:
     ``"auto"``/``"default"``/``"cpu"``, where the run's programs go (``None``: the
     environment variable ``APPROXCV_DEVICE``, else ``"auto"``; :mod:`approxcv._placement`); extra:
     method-specific settings of user methods.
@@ -67,6 +70,7 @@ class Options:
     audit: int = 0
     hessian_diagonal: float = 0.0
     in_sample: bool = False
+    error_estimate: str = "screened"
     device: str | None = None
     extra: Any = None
 
@@ -91,6 +95,7 @@ def check_options(options: Options) -> None:
     integers >= 0."""
     check_choice("solver", options.solver, ("auto", "dense", "cg"))
     check_choice("level", options.level, ("within", "structure"))
+    check_choice("error_estimate", options.error_estimate, ("screened", "full"))
     check_positive_int("max_dense_dim", options.max_dense_dim, 0)
     if check_positive("cg_rtol", options.cg_rtol) >= 1.0:
         raise InvalidArgumentError(f"`cg_rtol` must be < 1, got {options.cg_rtol!r}")

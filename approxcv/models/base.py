@@ -231,6 +231,16 @@ class Model:
         """Normaliser of ``F`` for optimiser tolerances (``None``: the number of units)."""
         return None
 
+    def objective_splits(self, scheme: str, level: str) -> bool:
+        """Whether, at 0/1 weights, the weighted objective splits as ``F(u, w_o) = F(u, 1) -
+        L_o(u)``, ``L_o`` the fold loss of :meth:`heldout_loss`, for every ``u``: true of
+        i.i.d. losses and of latent-variable models whose weight 0 removes a unit's
+        emission (scheme A), not of scheme B's weighted latent terms. The IJ's screened
+        error estimate relies on it (:mod:`approxcv.engine.error_estimate`); the default
+        ``False`` takes the full estimate on every fold. The all-models table test checks
+        the claim numerically."""
+        return False
+
     def local_model(self, params, data):
         """``(model, params, data)`` of a smooth local surrogate, or ``None`` (smooth)."""
         return None

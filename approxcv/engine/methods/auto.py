@@ -34,7 +34,8 @@ import numpy as np
 from ..audit import refit_problem
 from ..diagnostics import unreliable_causes
 from ..fold_buckets import bucketed
-from ..error_estimate import estimate_errors, full_hessian_chord_steps, refined_params
+from ..error_estimate import (estimate_errors, full_hessian_chord_steps, refined_params,
+                              screened_estimate_errors)
 from ..heldout import heldout_losses
 from ..exact_optima import (RESTART_RTOL, candidate_columns, full_objectives,
                             pair_objectives)
@@ -76,8 +77,12 @@ def run_with_estimate(name, problem, folds, options, keep: int | None = None):
     fold_loss, points = (np.array(a) for a in (diag.pop("heldout") if "heldout" in diag
                                                else heldout_losses(problem, params, index,
                                                                    options.batch_size)))
-    correction = diag.pop("chord_correction", None)
-    if correction is not None:
+    correction, screen = diag.pop("chord_correction", None), diag.pop("chord_screen", None)
+    if screen is not None:          # ij: its screen, the two steps where it cannot vouch
+        est, correction, diag["chord_rate"], _ = (np.asarray(a)[:keep] for a in
+                                                   screened_estimate_errors(
+            problem, params, fold_loss, index, screen, options.tol, options.batch_size))
+    elif correction is not None:
         correction = np.asarray(correction)[:keep]
         est = estimate_errors(problem, params[:keep], fold_loss[:keep], index[:keep],
                               correction, options.batch_size, points=False)[0]

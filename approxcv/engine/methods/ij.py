@@ -14,9 +14,11 @@ J[:, t]||`` (dense). Far from an optimum ``H`` may be singular or indefinite: th
 ``hessian_diagonal`` adds ``lambda I`` to it before factoring (the seed uses 1e-5), recorded
 as ``diagnostics["hessian_diagonal"]``.
 
-Each fold also gets two chord steps from its IJ point (two gradients per fold and solves
-with the same factor), from which the engine estimates the fold's error
-(:mod:`approxcv.engine.error_estimate`).
+Each fold also gets chord steps from its IJ point (gradients per fold and solves with the
+same factor), from which the engine estimates the fold's error
+(:mod:`approxcv.engine.error_estimate`): dense, where the objective splits, one step on
+every fold (``diagnostics["chord_screen"]``) and the second only where that screen cannot
+vouch; otherwise two on every fold (``diagnostics["chord_correction"]``).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from ..._batched_map import map_in_batches
 from ..derivatives import full_derivatives
 from ..aloo import glm_jacobian
 from ..diagnostics import cg_diagnostics, fit_diagnostics
-from ..error_estimate import full_hessian_chord_steps
+from ..error_estimate import full_hessian_chord_steps, ij_chord_screen
 from ..fold_checks import with_fold_check
 from ..matrix_free import ij_params_cg
 from .model_estimators import model_estimator
@@ -85,9 +87,14 @@ def ij(problem, folds, options):
         diagnostics["fold_gradient_norm"] = np.asarray(fold_grad)
         diagnostics["unreliable"] = {"hessian_not_pd": np.full(len(folds), not factor.reliable)}
         t_est = time.perf_counter()
-        step, rate = full_hessian_chord_steps(problem, params, index, options, factor.chol,
-                                              diagnostics)
-        diagnostics["chord_correction"], diagnostics["chord_rate"] = step, rate
+        screen = ij_chord_screen(problem, params, index, options, factor.chol, grad,
+                                 diagnostics)
+        if screen is not None:      # the rest of the estimate once the fold losses are known
+            diagnostics["chord_screen"], diagnostics["chord_rate"] = screen, screen.rate
+        else:
+            step, rate = full_hessian_chord_steps(problem, params, index, options,
+                                                  factor.chol, diagnostics)
+            diagnostics["chord_correction"], diagnostics["chord_rate"] = step, rate
         diagnostics["chord_factor"] = factor.chol   # for auto's chord stage; not reported
         diagnostics["stage_seconds"] = {"derivatives": t_solve - t, "solve": t_est - t_solve,
                                         "error_estimate": time.perf_counter() - t_est}

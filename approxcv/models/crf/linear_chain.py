@@ -273,6 +273,10 @@ class LinearChainCRF(Model):
                 total = total + jnp.sum(log_z - log_zc)
         return total - self.log_prior(params)
 
+    def objective_splits(self, scheme: str, level: str) -> bool:
+        """A sum of sentence (or label) log-losses plus the prior: always."""
+        return True
+
     def heldout_loss(self, params, data, weights, level: str | None = None):
         """``(fold_loss, point_losses (n,))`` of the units with weight 0, in the full model.
 

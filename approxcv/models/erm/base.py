@@ -308,6 +308,10 @@ class ERM(Model):
         return (jnp.sum(weights * self.loss(self.design(data) @ u, data.y))
                 + self.penalty(u, self.lam_vector(), self.penalty_aux()))
 
+    def objective_splits(self, scheme: str, level: str) -> bool:
+        """``sum_i w_i phi_i + penalty``: always."""
+        return True
+
     def heldout_loss(self, params, data, weights, level: str | None = None):
         """Held-out losses ``(fold_loss, point_losses (n,))`` of the samples with weight 0.
 

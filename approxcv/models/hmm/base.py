@@ -203,6 +203,11 @@ class HMM(ChainWindows, Model):
             return chain.log_normalizer(*self.log_potentials(params, x, mask))
         return jax.vmap(one)(seqs.x, seqs.mask)
 
+    def objective_splits(self, scheme: str, level: str) -> bool:
+        """Scheme A and leave-structure-out remove the left-out emissions: ``F(u, w_o) =
+        -log p(x_kept) = F(u, 1) - L_o(u)``; scheme B's weighted latent terms do not."""
+        return scheme == "A" or level == "structure"
+
     def heldout_loss(self, params, data, weights, level: str | None = None):
         """Held-out losses of the units with weight 0: ``(fold_loss, point_losses (n,))``.
 

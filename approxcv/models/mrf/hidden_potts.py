@@ -310,6 +310,11 @@ class HiddenPotts(Model):
             self.field_log_normalizer() if scheme == "A" else None)
         return -ll - self.log_prior(params)
 
+    def objective_splits(self, scheme: str, level: str) -> bool:
+        """Scheme A removes the left-out sites' emissions: ``F(u, w_o) = -log p(x_kept) =
+        F(u, 1) - L_o(u)``; scheme B's weighted latent terms do not."""
+        return scheme == "A"
+
     def heldout_loss(self, params, data, weights, level: str | None = None):
         """``(-log p(x_o | x_kept), -log p(x_t | x_kept) per site (n,))`` for the sites with
         weight 0, in the full model (0 at kept sites)."""
