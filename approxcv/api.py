@@ -94,7 +94,12 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             other inputs), ``progress``, ``warn``, ``structure_batch_size``; ``tol``
             (default 0.01): folds whose estimated relative error of the fold loss
             (``diagnostics["error_estimate"]``, ``ij``/``ns``) exceeds it are unreliable,
-            and ``"auto"`` refines them; ``max_exact``: most refits ``"auto"`` may spend;
+            and ``"auto"`` refines them; ``error_estimate``: ``"screened"`` (default: the
+            IJ screens each fold from one chord step where the objective splits and takes
+            the second step only where the screen cannot vouch;
+            ``diagnostics["error_estimate_screened"]`` says which folds kept it) or
+            ``"full"`` (two chord steps on every fold); ``max_exact``: most refits
+            ``"auto"`` may spend;
             ``audit=k``: exact refits of ``k`` random folds, the measured error with a 95 %
             confidence interval in ``diagnostics["audit"]``; ``in_sample=True``: also the
             held-out losses at the full-data fit, ``diagnostics["lpd_full"]`` (one more
