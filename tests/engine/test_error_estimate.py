@@ -232,3 +232,21 @@ def test_the_screen_is_skipped_where_the_objective_does_not_split(tiny_hmm):
     np.testing.assert_array_equal(b.error_estimate, b_full.error_estimate)
     with pytest.raises(acv.errors.InvalidArgumentError, match="error_estimate"):
         cv(model, x, folds, "ij", params, error_estimate="first")
+
+
+def test_auto_on_a_series_run_with_padding():
+    """170 steps run as a 176-step bucket with folds of 17 units padded to rows of 18:
+    ``auto``'s later stages write their points into rows as wide as the padded index (a
+    crash before), and its folds equal exact CV where it refits."""
+    x = simulate_poisson_hmm(170, seed=3)
+    model = acv.models.PoissonHMM(2, n_init=1)
+    params = model.fit(x)
+    folds = acv.folds.iid(170, 0.1, 4, seed=0)
+    assert folds.padded().shape[1] == 17
+    auto = cv(model, x, folds, "auto", params, tol=1e-6)
+    method = auto.diagnostics["fold_method"]
+    assert set(method) - {"ij"}, method                  # later stages ran
+    assert [len(p) for p in auto.point_loss] == [17] * 4
+    assert all(np.all(np.isfinite(p) & (p != 0.0)) for p in auto.point_loss)
+    ex = cv(model, x, folds, "exact", params)
+    np.testing.assert_allclose(auto.fold_loss, ex.fold_loss, rtol=1e-5)

@@ -184,7 +184,7 @@ def auto(problem, folds, options):
     if model_estimator(problem, "auto") is not None:    # the model's own (a GP)
         return run_model_estimator(problem, folds, options, "auto")
     quiet = dataclasses.replace(options, warn=False)
-    n_folds, width = len(folds), int(folds.sizes.max())
+    n_folds, width = len(folds), folds.padded().shape[1]    # rows as wide as every index
     seconds = {}
     t = time.perf_counter()
     params, fold_loss, points, est, causes, diag_ij, correction = run_with_estimate(
