@@ -12,18 +12,22 @@ family sets the conversion (:meth:`_ALOLinear._to_lam` / :meth:`_ALOLinear._from
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from ..api import cross_validate
 from ..errors import InvalidArgumentError
 from ..folds import leave_one_out
+from ._exact_refinement import refine_exact
 from ._models import WEIGHTED_MODELS, pack_response, padded_rows
 from ._penalty_search import search_penalty
 
-__all__ = ["default_grid", "check_groups", "padded_rows", "padded_columns", "fit_glm", "ALOFit",
-           "_ALOLinear"]
+__all__ = ["default_grid", "check_groups", "check_refine", "padded_rows", "padded_columns",
+           "fit_glm", "ALOFit", "_ALOLinear"]
 
 #: default grid of ``lam / sum(sample_weight)`` (standardised features: ``X^T X ~ n I``)
 GRID_PER_SAMPLE = np.logspace(-6, 2, 9)
@@ -60,6 +64,7 @@ class ALOFit:
     def __init__(self, search, data, fit_intercept: bool, fit_data=None, groups=None):
         self.lam, self.acv, self.path = search.lam, search.acv, search.path
         self.refined = search.refined
+        self.exact_loo = None             # exact leave-one-out at lam (refine="exact")
         model = search.model
         fit_data = data if fit_data is None else fit_data
         if search.u is not None and np.all(np.isfinite(search.u)):
@@ -100,7 +105,19 @@ def padded_columns(p: int) -> int:
     return max(8, 1 << (int(p) - 1).bit_length())
 
 
-def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps) -> ALOFit:
+def check_refine(refine, groups):
+    """``None`` or ``"exact"`` (:mod:`approxcv.sklearn._exact_refinement`), which tunes one
+    penalty weight."""
+    if refine not in (None, "exact"):
+        raise InvalidArgumentError(f"`refine` must be None or 'exact', got {refine!r}")
+    if refine == "exact" and groups is not None:
+        raise InvalidArgumentError("refine='exact' tunes one penalty weight; with "
+                                   "`penalty_groups` use refine=None (ALOOCV)")
+    return refine
+
+
+def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps,
+            refine=None) -> ALOFit:
     """Tune and fit a sample-weighted GLM (``family`` of :data:`WEIGHTED_MODELS`).
 
     The search runs on the data padded to :func:`padded_columns` feature columns of zeros
@@ -111,7 +128,12 @@ def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps) ->
     penalty (its gradient is ``lam theta_j``) and adds nothing to any prediction or
     leverage. So the search's ALOOCV and fit are those of the data as given, and the
     padded shapes let fits on nearby sizes share their compiled programs. The chosen fit's
-    coefficients and its ``cv_result`` are those of the data as given."""
+    coefficients and its ``cv_result`` are those of the data as given.
+
+    ``refine="exact"`` goes on from ALOOCV's weight to exact leave-one-out's minimiser
+    (:func:`~approxcv.sklearn._exact_refinement.refine_exact`; its evaluations are rows of
+    ``path`` with ``stage="exact"``); the fit's ``acv`` is then ALOOCV at that weight and
+    ``exact_loo`` exact leave-one-out there."""
     m = 1 if groups is None else max(groups) + 1
     lam0 = 1.0 if groups is None else tuple(np.ones(m))
     (n, p), data = X.shape, (X, pack_response(y, sw))
@@ -124,7 +146,17 @@ def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps) ->
     search = search_penalty(model, padded, np.asarray(grid, np.float64), m, newton_steps)
     search.acv *= n_pad / n
     search.path["acv"] *= n_pad / n
-    return ALOFit(search, data, fit_intercept, padded, groups)
+    exact = (refine_exact(search.model, padded, float(search.lam[0]), n)
+             if refine == "exact" else None)
+    if exact is not None:
+        path = pd.concat([search.path, exact.path.assign(stage="exact")], ignore_index=True)
+        search = dataclasses.replace(search, lam=np.array([exact.lam]), path=path,
+                                     model=search.model.with_lam(exact.lam), u=exact.u)
+    fit = ALOFit(search, data, fit_intercept, padded, groups)
+    if exact is not None:              # ALOOCV at the refined weight: NS leave-one-out
+        fit.exact_loo = exact.loss
+        fit.acv = float(np.mean(fit.cv_result.fold_loss))
+    return fit
 
 
 class _ALOLinear(BaseEstimator):
@@ -151,9 +183,10 @@ class _ALOLinear(BaseEstimator):
         """Tune one penalty of ``family`` (a key of :data:`WEIGHTED_MODELS`) on the user's
         grid ``values`` (or the default), fit, and set the fitted attributes; ``self``."""
         groups = check_groups(self.penalty_groups, X.shape[1])
+        refine = check_refine(self.refine, groups)
         n_eff = float(np.sum(sw))
         fit = fit_glm(family, X, y, sw, self._grid(values, n_eff), groups,
-                      self.fit_intercept, self.newton_steps)
+                      self.fit_intercept, self.newton_steps, refine)
         self.coef_, self.intercept_ = fit.coef, fit.intercept
         self._record(fit, n_eff)
         return self
@@ -167,6 +200,8 @@ class _ALOLinear(BaseEstimator):
             path[c.replace("lam", self._param_name)] = self._from_lam(path[c].to_numpy(), n_eff)
         self.alo_path_ = path
         self.alo_score_ = fit.acv
+        if fit.exact_loo is not None:
+            self.exact_loo_score_ = fit.exact_loo
         self._alo_fits = [fit]
 
     @property

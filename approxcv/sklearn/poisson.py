@@ -26,11 +26,13 @@ class PoissonRegressorALO(RegressorMixin, _ALOLinear):
     ``PoissonRegressor``'s convention); ``alo_score_`` is the mean Poisson NLL.
     """
 
-    def __init__(self, alphas=None, *, penalty_groups=None, fit_intercept=True, newton_steps=20):
+    def __init__(self, alphas=None, *, penalty_groups=None, fit_intercept=True, newton_steps=20,
+                 refine=None):
         self.alphas = alphas
         self.penalty_groups = penalty_groups
         self.fit_intercept = fit_intercept
         self.newton_steps = newton_steps
+        self.refine = refine
 
     @staticmethod
     def _to_lam(alpha, n_eff):

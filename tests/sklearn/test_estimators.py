@@ -90,6 +90,38 @@ def test_logistic_alo_in_pipeline_gridsearch_and_clone(data):
     assert clone(best).get_params() == best.get_params()
 
 
+def _exact_loo_logloss(X, y, C):
+    """Mean leave-one-out log-loss of scikit-learn's own LogisticRegression refits."""
+    loss = []
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        m = LogisticRegression(C=C, tol=1e-12, max_iter=100000).fit(X[keep], y[keep])
+        p = m.predict_proba(X[i:i + 1])[0, y[i]]
+        loss.append(-np.log(p))
+    return np.mean(loss)
+
+
+def test_logistic_refine_exact_minimises_exact_loo(data):
+    """``refine="exact"``: ``C_`` is exact leave-one-out's minimiser (scikit-learn refits:
+    larger 0.5 % either side), ``exact_loo_score_`` its value there, and ALOOCV's own
+    choice is elsewhere (its minimiser is not exact LOO's)."""
+    X, y = data["X"], data["bin"]
+    alo = LogisticRegressionALO().fit(X, y)
+    est = LogisticRegressionALO(refine="exact").fit(X, y)
+    best = _exact_loo_logloss(X, y, est.C_)
+    assert est.exact_loo_score_ == pytest.approx(best, rel=1e-7)
+    for f in (0.995, 1.005):
+        assert _exact_loo_logloss(X, y, f * est.C_) > best
+    assert abs(alo.C_ / est.C_ - 1) > 0.01
+    assert _exact_loo_logloss(X, y, alo.C_) > best
+    assert (est.alo_path_["stage"] == "exact").sum() >= 3
+    assert est.alo_score_ == pytest.approx(np.mean(est.cv_result_.fold_loss), rel=1e-12)
+    with pytest.raises(InvalidArgumentError, match="penalty_groups"):
+        LogisticRegressionALO(refine="exact", penalty_groups=[0, 0, 1, 1]).fit(X, y)
+    with pytest.raises(InvalidArgumentError, match="refine"):
+        RidgeALO(refine="yes").fit(X, data["reg"])
+
+
 def test_alo_score_of_estimator_equals_its_alo_score(data):
     X, y = data["X"], data["bin"]
     est = LogisticRegressionALO(newton_steps=5).fit(X, y)
