@@ -200,6 +200,7 @@ class _ALOLinear(BaseEstimator):
             path[c.replace("lam", self._param_name)] = self._from_lam(path[c].to_numpy(), n_eff)
         self.alo_path_ = path
         self.alo_score_ = fit.acv
+        self.__dict__.pop("exact_loo_score_", None)        # a previous fit's
         if fit.exact_loo is not None:
             self.exact_loo_score_ = fit.exact_loo
         self._alo_fits = [fit]

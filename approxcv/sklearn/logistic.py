@@ -81,6 +81,7 @@ class LogisticRegressionALO(ClassifierMixin, _ALOLinear):
             self.C_ = np.stack([self._from_lam(f.lam, n_eff) for f in fits]).squeeze(-1) \
                 if groups is None else np.stack([self._from_lam(f.lam, n_eff) for f in fits])
             self.alo_score_ = np.array([f.acv for f in fits])
+            self.__dict__.pop("exact_loo_score_", None)    # a previous fit's
             if refine == "exact" and all(f.exact_loo is not None for f in fits):
                 self.exact_loo_score_ = np.array([f.exact_loo for f in fits])
             self.alo_path_ = [f.path for f in fits]
