@@ -122,6 +122,18 @@ def test_logistic_refine_exact_minimises_exact_loo(data):
         RidgeALO(refine="yes").fit(X, data["reg"])
 
 
+def test_ridge_refine_exact_stays_at_the_loo_minimiser(data):
+    """For ridge ALOOCV is exact leave-one-out: the refinement's refits give the same loss
+    at the same weight, and it stays at the Newton search's weight (within its 0.1 %)."""
+    X, y = data["X"], data["reg"]
+    est = RidgeALO().fit(X, y)
+    ref = RidgeALO(refine="exact").fit(X, y)
+    assert ref.alpha_ == pytest.approx(est.alpha_, rel=2e-3)
+    assert ref.exact_loo_score_ == pytest.approx(ref.alo_score_, rel=1e-8)
+    assert ref.alo_score_ <= est.alo_score_ * (1 + 1e-6)
+    assert not hasattr(est, "exact_loo_score_")
+
+
 def test_alo_score_of_estimator_equals_its_alo_score(data):
     X, y = data["X"], data["bin"]
     est = LogisticRegressionALO(newton_steps=5).fit(X, y)
