@@ -20,7 +20,7 @@ from .._placement import carry_placement, current_platform
 from .._progress import counted, progress_bar
 
 __all__ = ["fold_weights", "fold_indicator", "fold_points",
-           "heldout_batch_size", "fold_batch_size", "in_chunks"]
+           "heldout_batch_size", "fold_batch_size", "in_chunks", "per_fold_chunks"]
 
 
 def fold_weights(index, n: int, dtype=jnp.float64):
@@ -153,3 +153,14 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True,
             for f in pending:
                 write(*f.result())
     return outs
+
+
+def per_fold_chunks(problem, program, arrays, batch_size: int | None, desc: str,
+                    progress: bool = True):
+    """``program(batch, *arrays)`` of a per-fold stage over every fold: ``batch`` folds per
+    vectorised batch (``batch_size``, default :func:`fold_batch_size`), in the chunks of
+    :func:`progress_chunk` (:func:`in_chunks`: cores share them, a bar can move)."""
+    n = len(arrays[0])
+    batch = int(batch_size or fold_batch_size(problem, n))
+    return in_chunks(lambda *a: program(batch, *a), arrays,
+                     progress_chunk(n, batch, problem.data), desc, progress)

@@ -107,17 +107,18 @@ def second_chord_step(fun, chol, u_m, d1, w, data, forward: bool | None = None):
     return extrapolate(d1, d2, rho), rho
 
 
-def screen_terms(chol, d1, r1, value, delta, g1):
+def screen_terms(chol, d1, r1, value, delta, g1, g1_step):
     """``(change, reach, rho)`` of one fold from its first chord step (module docstring, the
     screen): ``change = r_1' (d_1 - delta) - g_1' d_1``, the first-order change of the
     held-out fold loss along ``-d_1`` where the objective splits; ``reach =
     ||grad L_o||_{H^-1} ||d_1||_H``, which bounds the first-order change along any step of
     ``H``-norm ``||d_1||_H`` (Cauchy-Schwarz; ``H^{-1} grad L_o ~ H^{-1} g_1 + delta -
     d_1``); and ``rho = ||d_1||_H / ||delta||_H`` (``||x||_H^2 = ||chol' x||^2``,
-    ``||d_1||_H^2 = d_1' r_1``), with :func:`contraction_rate`'s conventions."""
+    ``||d_1||_H^2 = d_1' r_1``), with :func:`contraction_rate`'s conventions. ``g1_step``:
+    ``H^{-1} g_1``, the same for every fold (solved once by the caller)."""
     h_delta = chol @ (chol.T @ delta)
     held_grad = g1 + h_delta - r1                       # grad L_o(u_m), first order
-    held_step = jsl.cho_solve((chol, True), g1) + delta - d1     # H^{-1} grad L_o(u_m)
+    held_step = g1_step + delta - d1                    # H^{-1} grad L_o(u_m)
     step_sq = jnp.dot(d1, r1)
     change = jnp.dot(r1, d1 - delta) - jnp.dot(g1, d1)
     reach = jnp.sqrt(jnp.maximum(jnp.dot(held_grad, held_step), 0.0)

@@ -65,10 +65,11 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 import numpy as np
 from jax import lax
 
-from .batching import fold_batch_size, fold_weights, in_chunks, progress_chunk
+from .batching import fold_batch_size, fold_weights, per_fold_chunks
 from .._batched_map import map_in_batches
 from .chord import (chord_step, contraction_rate, extrapolate, first_chord_step,
                     second_chord_step, screen_terms)
@@ -141,10 +142,12 @@ def ij_first_steps(fun, chol, u_1, g_1, params, index, data, n: int, batch_size:
     """``(d_1 (n_folds, D), change, reach, rho (n_folds,) each)``: every IJ fold's first
     chord step (``M = H``) and its screen terms (:func:`approxcv.engine.chord.screen_terms`),
     one gradient per fold."""
+    g_1_step = jsl.cho_solve((chol, True), g_1)            # H^{-1} g_1: once, not per fold
+
     def one(args):
         u, idx = args
         d1, r1, value = first_chord_step(fun, chol, u, fold_weights(idx, n), data)
-        return (d1, *screen_terms(chol, d1, r1, value, u - u_1, g_1))
+        return (d1, *screen_terms(chol, d1, r1, value, u - u_1, g_1, g_1_step))
     return map_in_batches(one, (params, index), batch_size)
 
 
@@ -190,25 +193,22 @@ def ij_chord_screen(problem, params, index, options, chol, grad, info=None):
         if info is not None:
             info["heldout"] = heldout
     else:
-        batch = int(options.batch_size or fold_batch_size(problem, len(index)))
-        chunk = progress_chunk(len(index), batch, problem.data)
         u_1, g_1 = jnp.asarray(problem.u_full), jnp.asarray(grad)
-        step, change, reach, rate = in_chunks(
-            lambda p, i: ij_first_steps(problem.fun, chol, u_1, g_1, p, i, problem.data,
-                                        problem.n_units, batch),
-            (params, index), chunk, "error estimates", options.progress)
+        step, change, reach, rate = per_fold_chunks(
+            problem, lambda b, p, i: ij_first_steps(problem.fun, chol, u_1, g_1, p, i,
+                                                    problem.data, problem.n_units, b),
+            (params, index), options.batch_size, "error estimates", options.progress)
     step = np.asarray(step)
 
     def second(rows):
         if use_lanes(problem, index[rows]):
             return lanes_second_steps(problem, params[rows], step[rows], index[rows], chol,
                                       options.batch_size, options.progress)
-        size = int(options.batch_size or fold_batch_size(problem, len(rows)))
-        return in_chunks(
-            lambda p, d, i: ij_second_steps(problem.fun, chol, p, d, i, problem.data,
-                                            problem.n_units, size),
-            (params[rows], step[rows], index[rows]),
-            progress_chunk(len(rows), size, problem.data), "error estimates", options.progress)
+        return per_fold_chunks(
+            problem, lambda b, p, d, i: ij_second_steps(problem.fun, chol, p, d, i,
+                                                        problem.data, problem.n_units, b),
+            (params[rows], step[rows], index[rows]), options.batch_size, "error estimates",
+            options.progress)
     return ChordScreen(step, np.asarray(change), np.asarray(reach), np.asarray(rate), second)
 
 
@@ -225,12 +225,9 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
     (``method="auto"``'s chord stage)."""
     if chol is not None:
         def full(p_rows, idx_rows):
-            batch = int(options.batch_size or fold_batch_size(problem, len(idx_rows)))
-            chunk = progress_chunk(len(idx_rows), batch, problem.data)
-            return in_chunks(lambda p, i: ij_chord_steps(problem.fun, chol, p, i,
-                                                         problem.data, problem.n_units,
-                                                         batch),
-                             (p_rows, idx_rows), chunk, "error estimates", options.progress)
+            return per_fold_chunks(problem, lambda b, p, i: ij_chord_steps(
+                problem.fun, chol, p, i, problem.data, problem.n_units, b),
+                (p_rows, idx_rows), options.batch_size, "error estimates", options.progress)
         if use_lanes(problem, index):
             step, rate, heldout = lanes_chord_steps(problem, params, index, chol,
                                                     options.batch_size, options.progress)
@@ -315,11 +312,10 @@ def screened_estimate_errors(problem, params, fold_loss, index, screen: ChordScr
     change = np.asarray(screen.change, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         est = np.abs(change) / np.abs(loss + change)
-    est = np.where(np.isnan(est) & (change == 0.0), 0.0, est)       # 0/0: no change
-    # what the later steps could add at most, were they to contract at the screen's rate
-    with np.errstate(divide="ignore", invalid="ignore"):
+        # what the later steps could add at most, were they to contract at the screen's rate
         rest = np.asarray(screen.reach, np.float64) * rate / (1.0 - rate)
         bound = (np.abs(change) + rest) / np.abs(loss)
+    est = np.where(np.isnan(est) & (change == 0.0), 0.0, est)       # 0/0: no change
     vouched = (np.isfinite(est) & (rate < SCREEN_MAX_RATE)
                & (np.where(np.isnan(bound), np.inf, bound) <= SCREEN_FRACTION * tol))
     correction = np.where(vouched[:, None], np.asarray(screen.step, np.float64), np.nan)

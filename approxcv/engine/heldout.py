@@ -2,7 +2,7 @@
 problem offers: windows of one long series, folds in lanes, or one full pass per fold."""
 from __future__ import annotations
 
-from .batching import _heldout, fold_batch_size, in_chunks, progress_chunk
+from .batching import _heldout, per_fold_chunks
 from .lanes import lanes_heldout_losses, use_lanes
 from .windows import use_windows, windowed_heldout_losses
 
@@ -31,11 +31,9 @@ def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
         ``(fold_loss (n_folds,), point_loss (n_folds, m))`` NumPy arrays; padded entries 0.
     """
     def full(params, idx):
-        size = int(batch_size or fold_batch_size(problem, len(idx)))
-        chunk = progress_chunk(len(idx), size, problem.data)
-        return in_chunks(lambda p, i: _heldout(problem.heldout, p, i, problem.data,
-                                               problem.n_units, size),
-                         (params, idx), chunk, "held-out losses", progress)
+        return per_fold_chunks(problem, lambda b, p, i: _heldout(
+            problem.heldout, p, i, problem.data, problem.n_units, b), (params, idx),
+            batch_size, "held-out losses", progress)
     if use_windows(problem, index):
         return windowed_heldout_losses(problem, params_flat, index, progress, info, full)
     if use_lanes(problem, index):

@@ -162,8 +162,8 @@ def _first(lanes, chol, u_1, g_1, u, index, data, n: int, cap: int, block: int):
     at ``u_m``, which also gives ``r_1 = grad F(u_m, w_o)``."""
     fold_loss, points, value, r1 = _run(lanes, u, index, data, n, cap, True, True, True, block)
     d1 = jsl.cho_solve((chol, True), r1.T).T
-    change, reach, rho = jax.vmap(screen_terms, (None, 0, 0, 0, 0, None))(
-        chol, d1, r1, value, u - u_1, g_1)
+    change, reach, rho = jax.vmap(screen_terms, (None, 0, 0, 0, 0, None, None))(
+        chol, d1, r1, value, u - u_1, g_1, jsl.cho_solve((chol, True), g_1))
     return d1, change, reach, rho, fold_loss, points
 
 
