@@ -12,7 +12,7 @@ out-of-range index (:class:`approxcv.folds.Folds`' ``width``) or copies of a fol
 """
 from __future__ import annotations
 
-__all__ = ["round_up_significant", "LENGTH_BITS", "length_bucket"]
+__all__ = ["round_up_significant", "LENGTH_BITS", "length_bucket", "count_bucket"]
 
 #: significant bits of a padded data length or fold width (at most 12.5 % padding)
 LENGTH_BITS = 4
@@ -31,3 +31,14 @@ def length_bucket(n: int) -> int:
     """A data length or fold width padded to :data:`LENGTH_BITS` significant bits
     (``n`` itself below 16; less than 12.5 % more above)."""
     return round_up_significant(n, LENGTH_BITS)
+
+
+def count_bucket(n: int, least: int, pow2_max: int) -> int:
+    """A count padded to the next power of two (at least ``least``) up to ``pow2_max``,
+    above that to three significant bits, ``q 2^k`` with ``q`` in 4..7 (less than 25 %
+    more): fold counts (:func:`approxcv.engine.fold_buckets.fold_bucket`) and the
+    scikit-learn estimators' rows (:func:`approxcv.sklearn._models.padded_rows`)."""
+    n = int(n)
+    if n <= pow2_max:
+        return max(least, 1 << (n - 1).bit_length())
+    return round_up_significant(n, 3)

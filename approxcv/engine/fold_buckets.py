@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._sizes import round_up_significant
+from .._sizes import count_bucket
 from ..folds import Folds
 
 __all__ = ["MIN_BUCKET", "POW2_MAX_FOLDS", "PER_FOLD_KEYS", "fold_bucket", "bucketed",
@@ -34,10 +34,7 @@ PER_FOLD_KEYS = ("fold_gradient_norm", "chord_rate", "error_estimate",
 def fold_bucket(n_folds: int) -> int:
     """Folds after padding: ``max(8, 2^ceil(log2 n))`` up to :data:`POW2_MAX_FOLDS`, else
     the next ``q 2^k`` with ``q`` in 4..7 (``n <= result < 1.25 n``)."""
-    n = int(n_folds)
-    if n <= POW2_MAX_FOLDS:
-        return max(MIN_BUCKET, 1 << (n - 1).bit_length())
-    return round_up_significant(n, 3)
+    return count_bucket(n_folds, MIN_BUCKET, POW2_MAX_FOLDS)
 
 
 def bucketed(folds: Folds, rows=None) -> Folds:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .._sizes import round_up_significant
+from .._sizes import count_bucket
 from .._validate import as_real_array, check_finite
 from ..errors import InvalidDataError
 from ..models.erm.base import ERM, ERMData, ridge_total
@@ -45,10 +45,7 @@ def padded_rows(n: int) -> int:
     milliseconds whatever the padding, and a new shape compiles for about a second:
     scikit-learn's estimator checks fitted 8 row counts (16 to 320) with ``q 2^k`` from 64
     rows up, 6 with powers of two to 256."""
-    n = int(n)
-    if n <= POW2_MAX_ROWS:
-        return max(16, 1 << (n - 1).bit_length())
-    return round_up_significant(n, 3)
+    return count_bucket(n, 16, POW2_MAX_ROWS)
 
 
 def pack_response(y, sample_weight) -> np.ndarray:
