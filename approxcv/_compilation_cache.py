@@ -7,7 +7,7 @@ running them. With the cache, compiled programs are written to
 ``<user cache dir>/approxcv/jax`` (``$XDG_CACHE_HOME`` if set, else ``~/.cache`` on
 Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows), in one subdirectory per
 kind of CPU (:func:`cpu_tag`), and a later process loads them instead of compiling. Programs
-that take at least ``MIN_COMPILE_SECONDS`` (0.3 s) to compile are cached — the few that
+that take at least ``MIN_COMPILE_SECONDS`` (0.1 s) to compile are cached — the few that
 dominate start-up.
 
 A silent terminal (jax-ml/jax#38445). Loading a cached program, jaxlib 0.9-0.10 logs from C++
@@ -59,13 +59,13 @@ import platform
 import sys
 from pathlib import Path
 
-#: programs that compile faster than this are not cached: on jaxlib 0.9-0.10 every entry
-#: loaded from the cache prints one to three log lines on stderr (jax-ml/jax#38445), so
-#: caching every small program (0 s) made a warm start print ~80 lines; at 0.3 s a warm
-#: fit + IJ of an HMM loads 3 programs (EM, the (F, g, H, J) sweep, the held-out kernel;
-#: 9 lines), the ones whose compilation dominates the start-up. (At 0.5 s the EM program,
-#: 0.4-0.6 s to compile, was cached in one cold run of two.)
-MIN_COMPILE_SECONDS = 0.3
+#: programs that compile faster than this are not cached. Loading an entry costs a file
+#: read and jaxlib 0.9-0.10 logs a WARNING per load (hidden: :func:`quiet_cpp_warnings`),
+#: so tiny programs are left to compile. The README example (2,000 steps, 200 folds) in a
+#: second process, on an AMD EPYC with AVX-512: 2.5-2.6 s at 0.3 s (4 entries; the
+#: held-out kernel, 0.29 s to compile, was left out), 2.2-2.3 s at 0.1 s (5 entries),
+#: 2.1-2.2 s at 0.03 s (7 entries); the first process 4.3-4.4 s at each
+MIN_COMPILE_SECONDS = 0.1
 
 #: environment variable that turns the cache off (any value but "", "0", "false", "no")
 DISABLE_ENV = "APPROXCV_NO_COMPILATION_CACHE"
