@@ -33,12 +33,13 @@ def length_bucket(n: int) -> int:
     return round_up_significant(n, LENGTH_BITS)
 
 
-def count_bucket(n: int, least: int, pow2_max: int) -> int:
+def count_bucket(n: int, least: int, pow2_max: int, bits: int = 3) -> int:
     """A count padded to the next power of two (at least ``least``) up to ``pow2_max``,
-    above that to three significant bits, ``q 2^k`` with ``q`` in 4..7 (less than 25 %
-    more): fold counts (:func:`approxcv.engine.fold_buckets.fold_bucket`) and the
-    scikit-learn estimators' rows (:func:`approxcv.sklearn._models.padded_rows`)."""
+    above that to ``bits`` significant bits (3: ``q 2^k`` with ``q`` in 4..7, less than
+    25 % more; 4: less than 12.5 % more): fold counts
+    (:func:`approxcv.engine.fold_buckets.fold_bucket`, 3 bits) and the scikit-learn
+    estimators' rows (:func:`approxcv.sklearn._models.padded_rows`, 4 bits)."""
     n = int(n)
     if n <= pow2_max:
         return max(least, 1 << (n - 1).bit_length())
-    return round_up_significant(n, 3)
+    return round_up_significant(n, bits)

@@ -36,7 +36,7 @@ from jax import lax
 
 from .._compile import jit
 from ..optim.newton import newton_minimize
-from .tuning_gradient import _acv_closed_form, _hessian, _objective
+from .tuning_gradient import QUADRATIC_STOP, _acv_closed_form, _hessian, _objective
 
 __all__ = ["NewtonTuneResult", "newton_tune", "MAX_STEP", "GTOL"]
 
@@ -154,7 +154,8 @@ def _newton_step(s, design, y, aux, gtol, xtol, *, loss_fn, penalty_fn):
         res = newton_minimize(
             lambda v, a: _objective(v, lam, design, y, aux, loss_fn, penalty_fn),
             lax.stop_gradient(u_start), max_steps=REFIT_STEPS, scale=float(n),
-            hess=lambda v, a: _hessian(v, lam, design, y, aux, loss_fn, penalty_fn)[1])
+            hess=lambda v, a: _hessian(v, lam, design, y, aux, loss_fn, penalty_fn)[1],
+            quadratic_stop=QUADRATIC_STOP)
         return res.u, res.converged
 
     def acv_of_rho(rho, u_hat):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .._sizes import count_bucket
+from .._sizes import LENGTH_BITS, count_bucket
 from .._validate import as_real_array, check_finite
 from ..errors import InvalidDataError
 from ..models.erm.base import ERM, ERMData, ridge_total
@@ -39,13 +39,15 @@ def padded_rows(n: int) -> int:
     cross-validation on data of nearby sizes (a grid search's splits, scikit-learn's checks,
     ``alo_score`` on the splits of an outer CV) share compiled programs: the next power of
     two (at least 16) up to :data:`POW2_MAX_ROWS` rows, above that the next number with
-    three significant bits, ``q 2^k`` with ``q`` in 4..7 (at most 25 % more rows; a power
-    of two added up to 100 %: the breast cancer search on 1,024 rows for 569 took 0.048 s
-    against 0.022 s unpadded, on 640 rows 0.029 s). Up to 256 rows a fit takes
-    milliseconds whatever the padding, and a new shape compiles for about a second:
-    scikit-learn's estimator checks fitted 8 row counts (16 to 320) with ``q 2^k`` from 64
-    rows up, 6 with powers of two to 256."""
-    return count_bucket(n, 16, POW2_MAX_ROWS)
+    four significant bits (:data:`~approxcv._sizes.LENGTH_BITS`, as data lengths; less
+    than 12.5 % more rows). The fit's time grows with the rows: breast cancer (569 rows)
+    took 0.048 s on 1,024 rows against 0.022 s unpadded, 0.029 s on 640 (another
+    machine); on an AMD EPYC with AVX-512 the estimator's warm fit took 0.012-0.014 s on
+    576 rows (4 bits) against 0.015-0.016 s on 640 (3 bits) and bbai's 0.013-0.014 s.
+    Up to 256 rows a fit takes milliseconds whatever the padding, and a new shape compiles
+    for about a second: scikit-learn's estimator checks fitted 6 row counts with powers of
+    two up to 256."""
+    return count_bucket(n, 16, POW2_MAX_ROWS, LENGTH_BITS)
 
 
 def pack_response(y, sample_weight) -> np.ndarray:

@@ -11,9 +11,9 @@ from approxcv.sklearn._models import WeightedLogistic, pack_response
 def test_padded_columns_and_rows_buckets():
     assert [padded_columns(p) for p in (1, 8, 9, 30, 64, 65)] == [8, 8, 16, 32, 64, 65]
     assert ([padded_rows(n) for n in (1, 17, 64, 65, 100, 256, 257, 569, 640, 641, 1025)]
-            == [16, 32, 64, 128, 128, 256, 320, 640, 640, 768, 1280])
-    for n in range(257, 5000):      # at most 25 % more rows above 256
-        assert n <= padded_rows(n) <= 1.25 * n
+            == [16, 32, 64, 128, 128, 256, 288, 576, 640, 704, 1152])
+    for n in range(257, 5000):      # at most 12.5 % more rows above 256
+        assert n <= padded_rows(n) <= 1.125 * n
 
 
 @pytest.mark.parametrize("groups", [None, (0, 1, 1)])
