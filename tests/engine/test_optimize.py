@@ -31,6 +31,20 @@ def test_minimize_reaches_the_newton_solution(method):
     np.testing.assert_allclose(res.u, ref.u, atol=1e-6)
 
 
+def test_quadratic_stop_saves_the_confirming_pass_only():
+    # in Newton's quadratic regime a step with decrement <= 1e-14 leaves one of order 1e-28:
+    # stopping after it gives the same optimum, one Hessian sooner
+    fun, d, n = _logistic_problem()
+    ref = newton_minimize(fun, jnp.zeros(d), scale=n)
+    res = newton_minimize(fun, jnp.zeros(d), scale=n, quadratic_stop=1e-14)
+    assert bool(res.converged) and float(res.grad_norm) < 1e-10 * n
+    assert int(res.num_steps) == int(ref.num_steps) - 1
+    np.testing.assert_allclose(res.u, ref.u, rtol=0, atol=1e-11)
+    # a loose threshold stops earlier, further from the optimum: the test can fail
+    loose = newton_minimize(fun, jnp.zeros(d), scale=n, quadratic_stop=1e-3)
+    assert int(loose.num_steps) < int(res.num_steps)
+
+
 def test_gradient_stop_ends_bfgs_before_the_cauchy_test():
     """With a loose gtol the solver stops on the gradient, well before optimistix's own
     Cauchy test (which plain optx.BFGS needs) and with the gradient under gtol / 10."""
