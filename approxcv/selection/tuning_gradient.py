@@ -48,7 +48,8 @@ from ..errors import NotPositiveDefiniteError
 from ..optim.newton import newton_minimize
 from ..optim.pd import jittered_cholesky
 
-__all__ = ["aloocv_gradient", "grid_aloocv", "GRADIENTS", "QUADRATIC_STOP"]
+__all__ = ["aloocv_gradient", "grid_aloocv", "GRADIENTS", "QUADRATIC_STOP",
+           "FAST_COMPILE_ELEMENTS"]
 
 GRADIENTS = ("implicit", "seed", "full_fit_hessian")
 
@@ -57,6 +58,13 @@ GRADIENTS = ("implicit", "seed", "full_fit_hessian")
 #: the next would be of order 1e-28, so the pass that only confirms it is saved (breast
 #: cancer's grid: 57 -> 50 Hessians; its fits and ALOOCV the same to 4e-13 and 1e-14)
 QUADRATIC_STOP = 1e-14
+
+#: the tuning programs (the grid's fits and ALOOCV, the Newton loop's step) compile with
+#: XLA's fast-compile options when their array arguments hold at most this many elements
+#: (:func:`approxcv._compile.jit`): a design of up to about 4,000 entries (80 x 10, a
+#: scikit-learn check's data) runs in milliseconds, and compiling is its whole first call;
+#: breast cancer's padded 576 x 33 design (19,000) keeps XLA's optimised code
+FAST_COMPILE_ELEMENTS = 4096
 
 
 def _factor(hess):
@@ -200,7 +208,8 @@ def aloocv_gradient(model, data, params=None, *, gradient: str = "implicit", sub
                              batch_size)
 
 
-@partial(jit, static_argnames=("loss_fn", "penalty_fn", "max_steps"))
+@partial(jit, static_argnames=("loss_fn", "penalty_fn", "max_steps"),
+         fast_compile_elements=FAST_COMPILE_ELEMENTS)
 def _grid_fit_and_acv(lams, design, y, aux, loss_fn, penalty_fn, max_steps: int):
     """``(u (k, D), ACV (k,), ok (k,))`` at every row of ``lams (k, m)``, in the order
     given: the fit of ``F(u) = sum_i phi(a_i^T u, y_i) + lam^T r`` by damped Newton, then

@@ -36,7 +36,8 @@ from jax import lax
 
 from .._compile import jit
 from ..optim.newton import newton_minimize
-from .tuning_gradient import QUADRATIC_STOP, _acv_closed_form, _hessian, _objective
+from .tuning_gradient import (FAST_COMPILE_ELEMENTS, QUADRATIC_STOP, _acv_closed_form,
+                              _hessian, _objective)
 
 __all__ = ["NewtonTuneResult", "newton_tune", "MAX_STEP", "GTOL"]
 
@@ -140,7 +141,8 @@ def _predicted_step(h, g):
     return jnp.where(pd, _gnorm(d), jnp.inf)
 
 
-@partial(jit, static_argnames=("loss_fn", "penalty_fn"))
+@partial(jit, static_argnames=("loss_fn", "penalty_fn"),
+         fast_compile_elements=FAST_COMPILE_ELEMENTS)
 def _newton_step(s, design, y, aux, gtol, xtol, *, loss_fn, penalty_fn):
     """One iteration of the loop (module docstring) from the state ``s`` (a dict of
     arrays: the current point, its ACV, gradient, Hessian, damping and the path)."""
