@@ -18,8 +18,8 @@ milliseconds and compiling it is the whole first call: the lambda tuning of a ri
 regression on 80 x 10 data took 2.0-2.2 s in a fresh process (1.0-1.1 s of it compiling)
 and 1.3-1.7 s with these options on its two programs (0.4-0.5 s compiling), its later
 calls 0.005-0.009 s either way; on 20,000 x 50 data the same options made every call 1.8x
-slower (0.34 -> 0.63 s), which is why the size decides. A shape is always in the same class, so no shape compiles
-twice.
+slower (0.34 -> 0.63 s), which is why the size decides. A shape is always in the same
+class, so no shape compiles twice.
 
 The options are looked up when a wrapped function is first called, not when it is
 defined, so importing approxcv does not initialise a JAX backend.
