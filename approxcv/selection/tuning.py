@@ -182,11 +182,12 @@ def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for, u0=None,
     """:func:`approxcv.selection.tuning_newton.newton_tune` from ``lam`` (the fit from ``u0``,
     default zero, by the loop's own Newton refits; ``xtol`` its step test), its path as a
     DataFrame."""
+    # host-side arrays in NumPy: each eager jax.numpy operation compiles a small program
     design = model.design(prepared)
-    u0 = jnp.zeros(design.shape[1]) if u0 is None else jnp.asarray(u0, jnp.float64)
+    u0 = np.zeros(design.shape[1]) if u0 is None else np.asarray(u0, np.float64)
     prob = model.smooth_problem(prepared, u0)
     t0 = time.perf_counter()
-    res = newton_tune(u0, jnp.log(jnp.asarray(lam)), prob.design, prob.y, prob.aux,
+    res = newton_tune(u0, np.log(np.asarray(lam, np.float64)), prob.design, prob.y, prob.aux,
                       prob.loss_fn, prob.penalty_fn, max_iter=max_iter, xtol=xtol)
     acv_path = np.asarray(res.path_acv)
     rows_n = int(np.sum(np.isfinite(acv_path)))

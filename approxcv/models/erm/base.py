@@ -41,7 +41,7 @@ from ..base import Model, check_weights, left_out
 from ...errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
                       InvalidDataError)
 
-__all__ = ["ERM", "ERMData", "SmoothERM", "check_lam", "design_matrix"]
+__all__ = ["ERM", "ERMData", "SmoothERM", "check_lam", "design_matrix", "weights_array"]
 
 
 class ERMData(NamedTuple):
@@ -88,6 +88,16 @@ def check_lam(value, name: str = "lam"):
     if np.any(arr < 0):
         raise InvalidArgumentError(f"`{name}` must be >= 0, got min {arr.min():.3g}")
     return float(arr) if arr.ndim == 0 else tuple(float(v) for v in arr)
+
+
+def weights_array(lam):
+    """``lam`` (a number or a tuple of them) as a float64 ``(m,)`` array: NumPy where its
+    values are concrete (the host's: an eager ``jax.numpy`` conversion compiles a small
+    program in every process), ``jax.numpy`` where they are traced (the engine passes
+    numbers as arguments of its programs)."""
+    traced = any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(lam))
+    xp = jnp if traced else np
+    return xp.atleast_1d(xp.asarray(lam, dtype=xp.float64))
 
 
 @partial(jit, static_argnums=1)
@@ -197,9 +207,10 @@ class ERM(Model):
         unpenalised); a function shared by all instances of the same structure."""
         return penalty_function(self.regularizer_function(), self.fit_intercept)
 
-    def lam_vector(self) -> jax.Array:
-        """The penalty weights as an ``(m,)`` array (``m`` = number of regularisers)."""
-        return jnp.atleast_1d(jnp.asarray(self.lam, dtype=jnp.float64))
+    def lam_vector(self):
+        """The penalty weights as an ``(m,)`` array (``m`` = number of regularisers):
+        :func:`weights_array` of ``lam``."""
+        return weights_array(self.lam)
 
     def with_lam(self, lam) -> "ERM":
         """A copy of this model with penalty weights ``lam`` (``(m,)``, as :meth:`lam_vector`)."""

@@ -41,7 +41,7 @@ from ...errors import ApproxCVWarning, InvalidArgumentError
 from ...optim import MinimizeResult
 from .elastic_net_support import (ElasticNetOnSupport, ElasticNetParams,
                                   off_support_curvature, support_changes)
-from .base import ERM, ERMData, _flat_objective, check_lam, design_matrix
+from .base import ERM, ERMData, _flat_objective, check_lam, design_matrix, weights_array
 from ..._compile import jit
 
 __all__ = ["ElasticNet", "ElasticNetParams", "ElasticNetOnSupport", "SupportChangeWarning",
@@ -226,8 +226,8 @@ class ElasticNet(ERM):
         return enet_regularizers
 
     def lam_vector(self):
-        """``(lam1, lam2)``."""
-        return jnp.asarray([self.lam1, self.lam2], dtype=jnp.float64)
+        """``(lam1, lam2)`` (:func:`~approxcv.models.erm.base.weights_array`)."""
+        return weights_array((self.lam1, self.lam2))
 
     def with_lam(self, lam):
         lam = np.asarray(lam, dtype=np.float64).reshape(-1)

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from .base import ERM, check_lam, design_matrix
+from .base import ERM, check_lam, design_matrix, weights_array
 from ..._batched_map import map_in_batches
 from ..._compile import jit
 
@@ -112,7 +112,7 @@ class ElasticNetOnSupport(ERM):
         return 0.5 * (y - eta) ** 2
 
     def lam_vector(self):
-        return jnp.asarray([self.lam1, self.lam2], dtype=jnp.float64)
+        return weights_array((self.lam1, self.lam2))
 
     def with_lam(self, lam):
         lam = np.asarray(lam, dtype=np.float64).reshape(-1)
