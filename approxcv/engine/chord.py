@@ -31,7 +31,7 @@ from jax import lax
 
 __all__ = ["ROUNDOFF_DECREASE", "FORWARD_MAX_DIM", "contraction_rate", "extrapolate",
            "value_and_gradient", "chord_step", "first_chord_step", "second_chord_step",
-           "screen_terms"]
+           "second_step_correction", "screen_terms"]
 
 
 #: a first chord step whose predicted decrease of ``F`` (``d_1' r_1``) is below this times
@@ -100,8 +100,16 @@ def first_chord_step(fun, chol, u_m, w, data, forward: bool | None = None):
 
 def second_chord_step(fun, chol, u_m, d1, w, data, forward: bool | None = None):
     """``(correction, rho)`` of :func:`chord_step` given its first step ``d_1``: the second
-    gradient at ``u_m - d_1``, ``rho = ||d_2||_H / ||d_1||_H`` and the extrapolation."""
+    gradient at ``u_m - d_1``, then :func:`second_step_correction`."""
     value, r2 = value_and_gradient(fun, u_m - d1, w, data, forward=forward)
+    return second_step_correction(chol, d1, r2, value)
+
+
+def second_step_correction(chol, d1, r2, value):
+    """``(correction, rho)`` from the first step ``d_1`` and the second residual ``r_2 =
+    grad F(u_m - d_1, w)`` (``value`` = ``F`` there): ``d_2 = M^{-1} r_2``, ``rho =
+    ||d_2||_H / ||d_1||_H`` (``||d_1||_H^2 = ||chol' d_1||^2``) and the extrapolation. One
+    fold; folds in lanes ``vmap`` it over their second passes."""
     d2 = jsl.cho_solve((chol, True), r2)
     rho = contraction_rate(jnp.dot(d2, r2), jnp.sum(jnp.square(chol.T @ d1)), value)
     return extrapolate(d1, d2, rho), rho

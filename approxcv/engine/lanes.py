@@ -26,7 +26,7 @@ import numpy as np
 from .._compile import host_workers, jit
 from ..inference.chain_lanes import chunk_counts, lane_pass, normaliser_floor, safe_block
 from .batching import in_chunks
-from .chord import contraction_rate, extrapolate, screen_terms
+from .chord import contraction_rate, extrapolate, screen_terms, second_step_correction
 from .windows import use_windows
 
 __all__ = ["use_lanes", "lane_batch_size", "off_stride", "lanes_heldout_losses",
@@ -173,10 +173,7 @@ def _second(lanes, chol, v, d1, index, data, n: int, cap: int, block: int):
     kept-model pass at ``v = u_m - d_1`` gives ``r_2``
     (:func:`approxcv.engine.chord.second_chord_step`, for many folds)."""
     value, r2 = _run(lanes, v, index, data, n, cap, False, False, True, block)[2:]
-    d2 = jsl.cho_solve((chol, True), r2.T).T
-    moved = jnp.sum(jnp.square(d1 @ chol), axis=1)          # ||d_1||_H^2 = ||chol' d_1||^2
-    rho = contraction_rate(jnp.sum(d2 * r2, axis=1), moved, value)
-    return jax.vmap(extrapolate)(d1, d2, rho), rho
+    return jax.vmap(second_step_correction, (None, 0, 0, 0))(chol, d1, r2, value)
 
 
 def _batches(problem, params, index, batch_size, memory, progress, desc, call, extra=()):
