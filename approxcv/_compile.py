@@ -23,15 +23,23 @@ class, so no shape compiles twice.
 
 The options are looked up when a wrapped function is first called, not when it is
 defined, so importing approxcv does not initialise a JAX backend.
+
+Outside a traced program, a call goes through approxcv's persistent program cache where it
+is on (:mod:`approxcv._program_cache`): the program for these static arguments and argument
+shapes is looked up in the wrapper's table, then on disk, and only then lowered and compiled
+— a later process runs it without tracing. What that cache cannot key exactly goes through
+``jax.jit`` as before.
 """
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 
 import jax
 import numpy as np
 
+from . import _program_cache
 from ._placement import current_platform
 from .errors import InvalidArgumentError
 
@@ -43,18 +51,24 @@ FAST_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0,
 
 
 @functools.cache
-def compiler_options(platform: str = "cpu", fast: bool = False) -> dict | None:
+def compiler_options(platform: str = "cpu", fast: bool = False,
+                     marked: bool = False) -> dict | None:
     """XLA options for approxcv's programs on ``platform`` (module docstring); ``fast``:
     with :data:`FAST_COMPILE_OPTIONS` too (the plain options where this XLA does not know
-    them)."""
+    them); ``marked``: with the program cache's mark (:data:`approxcv._program_cache.MARK`,
+    for programs compiled through that cache)."""
     if platform != "cpu":
         return None
     options = {"xla_cpu_use_fusion_emitters": False}
     if fast:
         options.update(FAST_COMPILE_OPTIONS)
+    if marked:
+        options.update(_program_cache.MARK)
     try:
         jax.jit(lambda x: x, compiler_options=options).lower(0.0).compile()
     except Exception:  # noqa: BLE001  (an XLA without the option: use its defaults)
+        if marked:      # without the mark (a program JAX's cache hands back is not stored)
+            return compiler_options(platform, fast)
         return compiler_options(platform) if fast else None
     return options
 
@@ -78,6 +92,11 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
         return functools.partial(jit, fast_compile_elements=fast_compile_elements,
                                  **jit_kwargs)
     compiled = {}
+    # programs by (options, static arguments, argument shapes), through the persistent
+    # program cache (approxcv._program_cache): (callable, whether it takes the static
+    # arguments too)
+    programs = _program_cache.register_table({})
+    split = _ArgumentSplit(fun, jit_kwargs)
 
     @functools.wraps(fun)
     def call(*args, **kwargs):
@@ -87,13 +106,74 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
         nested = any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
         small = (not nested and fast_compile_elements > 0
                  and array_elements(leaves) <= fast_compile_elements)
-        key = True if nested else (current_platform(), small)
+        cached = not nested and _program_cache.active()
+        key = True if nested else (current_platform(), small, cached)
         if key not in compiled:
+            options = None if nested else compiler_options(*key)
             compiled[key] = (jax.jit(fun, **jit_kwargs) if nested else
-                             jax.jit(fun, compiler_options=compiler_options(*key),
-                                     **jit_kwargs))
-        return compiled[key](*args, **kwargs)
+                             jax.jit(fun, compiler_options=options, **jit_kwargs), options)
+        jitted, options = compiled[key]
+        if not cached:
+            return jitted(*args, **kwargs)
+        return _cached_call(programs, jitted, split, call.__acv_program__ + (key, options),
+                            args, kwargs)
+    call.__acv_program__ = (fun, fast_compile_elements, tuple(sorted(jit_kwargs.items())))
     return call
+
+
+class _ArgumentSplit:
+    """Which arguments of ``fun`` are static under ``jax.jit``'s ``static_argnums`` and
+    ``static_argnames`` (each resolved to the other through the signature, as ``jax.jit``
+    does); ``usable`` is false when a call cannot be split exactly (other ``jax.jit``
+    options, a signature that cannot be read)."""
+
+    def __init__(self, fun, jit_kwargs):
+        nums = jit_kwargs.get("static_argnums", ())
+        names = jit_kwargs.get("static_argnames", ())
+        self.nums = set((nums,) if isinstance(nums, int) else nums)
+        self.names = set((names,) if isinstance(names, str) else names)
+        self.usable = set(jit_kwargs) <= {"static_argnums", "static_argnames"}
+        if self.usable and (self.nums or self.names):
+            try:
+                params = list(inspect.signature(fun).parameters.values())
+            except (TypeError, ValueError):
+                self.usable = False
+                return
+            positional = [p.name for p in params
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            self.usable = all(n >= 0 for n in self.nums)
+            self.names |= {positional[n] for n in self.nums if n < len(positional)}
+            self.nums |= {positional.index(n) for n in self.names if n in positional}
+
+    def __call__(self, args, kwargs):
+        """``(statics, dynamic args, dynamic kwargs)``; statics are ``((position,
+        value)...), ((name, value)...)``."""
+        positional = tuple((i, a) for i, a in enumerate(args) if i in self.nums)
+        named = tuple(sorted((k, v) for k, v in kwargs.items() if k in self.names))
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in self.nums)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.names}
+        return (positional, named), dyn_args, dyn_kwargs
+
+
+def _cached_call(programs, jitted, split, program, args, kwargs):
+    """Call ``jitted`` through the persistent program cache (:mod:`approxcv._program_cache`),
+    its programs held in ``programs``; ``program`` names it (the function, its ``jit``
+    options and its compile options)."""
+    if not split.usable:
+        return jitted(*args, **kwargs)
+    statics, dyn_args, dyn_kwargs = split(args, kwargs)
+    try:
+        leaves, treedef = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        table_key = (program[-2], statics, treedef, _program_cache.avals(leaves))
+        found = programs.get(table_key)
+    except (TypeError, _program_cache.Unkeyable):       # an unhashable static value
+        return jitted(*args, **kwargs)
+    if found is None:
+        ready = _program_cache.compiled_program(jitted, program, statics, dyn_args,
+                                                dyn_kwargs)
+        found = programs[table_key] = (ready, ready is jitted)
+    ready, full = found
+    return ready(*args, **kwargs) if full else ready(*dyn_args, **dyn_kwargs)
 
 
 def host_workers() -> int:

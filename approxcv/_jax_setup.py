@@ -17,7 +17,7 @@ import sys
 from . import _compilation_cache
 from ._jax_version import warn_if_deadlock_prone
 
-__all__ = ["install", "configure", "configured"]
+__all__ = ["install", "configure", "configured", "cache_directory"]
 
 _STATE = {"configured": False, "cache_dir": None}
 
@@ -25,6 +25,12 @@ _STATE = {"configured": False, "cache_dir": None}
 def configured() -> bool:
     """Whether :func:`configure` has run in this process."""
     return _STATE["configured"]
+
+
+def cache_directory() -> str | None:
+    """The compilation cache directory :func:`configure` put in use (``None``: off, or not
+    configured yet)."""
+    return _STATE["cache_dir"]
 
 
 def configure() -> str | None:

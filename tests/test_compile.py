@@ -16,9 +16,9 @@ def test_small_inputs_compile_with_the_fast_options_large_ones_without(monkeypat
     asked = []
     real = _compile.compiler_options
 
-    def spy(platform="cpu", fast=False):
+    def spy(platform="cpu", fast=False, marked=False):
         asked.append((platform, fast))
-        return real(platform, fast)
+        return real(platform, fast, marked)
     monkeypatch.setattr(_compile, "compiler_options", spy)
     f = _compile.jit(_program, fast_compile_elements=100)
     rng = np.random.default_rng(0)

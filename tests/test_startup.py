@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv import _compilation_cache
+from approxcv import _compilation_cache, _program_cache
 from tests.conftest import simulate_gaussian_hmm
 
 _LOWERINGS = collections.Counter()
@@ -35,6 +35,14 @@ def lowered():
     out = collections.Counter()
     yield out
     out.update(_LOWERINGS - before)
+
+
+@pytest.fixture(autouse=True)
+def _without_program_cache():
+    """These tests count what JAX traces and lowers in this process: approxcv's program
+    cache, which would load programs without lowering them, is paused."""
+    with _program_cache.paused():
+        yield
 
 
 class CountingHMM(acv.models.GaussianHMM):

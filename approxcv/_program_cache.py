@@ -1,0 +1,610 @@
+"""A persistent cache of approxcv's compiled programs, keyed *before* tracing.
+
+JAX's persistent compilation cache (:mod:`approxcv._compilation_cache`) is keyed by the
+lowered program, so a later process still traces and lowers every program before it can
+load one: in the README example (PoissonHMM(2) on 2,000 steps, IJ on 200 folds) a second
+process spent 0.64 s tracing and 0.37 s lowering, of its 2.1 s, to load programs it already
+had. This cache keys a program by what determines it — the function and the values it
+closes over, the static arguments, the shapes and dtypes of the others, the compile
+options, and the environment (below) — and stores the compiled executable
+(``jax.experimental.serialize_executable``) under that key, so a later process calls it
+without tracing, lowering or compiling (a load takes milliseconds).
+
+A key is only made from what can be named exactly; anything else is a bypass (the program
+goes through ``jax.jit`` as before, with JAX's own cache), never a guess:
+
+* **functions and classes** of approxcv itself (the key holds the digest of every source
+  file of the installed package, :func:`source_digest`) or of the libraries approxcv runs
+  on (:data:`TRUSTED_ROOTS`; their versions are in the key), by module and qualified name,
+  with the values their closures and defaults hold, recursively. A function of any other
+  module — a user's, a test's, ``__main__`` — is a bypass: its body is not in the key;
+* **values**: ``None``, numbers, strings, tuples, lists, dicts, sets, NumPy and JAX arrays of
+  at most :data:`MAX_ARRAY_ELEMENTS` elements (by their bytes), dtypes, pytree definitions,
+  ``functools.partial`` objects, and objects of approxcv's own classes (by their attributes);
+* **the environment** (:func:`environment`): the versions of Python, JAX, jaxlib and the
+  trusted libraries, ``XLA_FLAGS``, every JAX configuration value but the cache's own, JAX's
+  trace context (x64, matmul precision, ...), and approxcv's module-level settings: every
+  number, string or tuple bound at module or class level in approxcv's modules, so a
+  changed setting is a different key (:func:`namespace_digest`). A function or mock of
+  another module bound there (a test's monkeypatch) turns the cache off for that call.
+
+It is on only where it is safe and useful: approxcv's compilation cache is on in its own
+directory (so the instruction-set cap that keeps the loader quiet is in force), JAX runs on
+one CPU device, ``jax_disable_jit`` is off, and ``APPROXCV_NO_PROGRAM_CACHE`` is unset.
+Programs whose trace, lower and compile took at least :data:`MIN_SECONDS` are stored, one
+file each under ``<compilation cache>/programs`` (written atomically; an unreadable entry
+is compiled again and replaced); the directory is kept under :data:`MAX_BYTES` by removing
+the least recently written entries. :data:`stats` counts loads, stores, compiles and
+bypasses (with reasons) in this process.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import enum
+import functools
+import hashlib
+import io
+import os
+import pickle
+import re
+import sys
+import tempfile
+import threading
+import time
+import types
+from importlib import metadata
+from pathlib import Path
+
+import jax
+import numpy as np
+from jax.experimental import serialize_executable
+from jax._src.lib import xla_client
+
+from . import _compilation_cache, _jax_setup
+
+__all__ = ["use_directory", "directory", "active", "paused", "fingerprint", "Unkeyable", "program_key", "environment",
+           "namespace_digest", "source_digest", "stats", "clear", "MIN_SECONDS",
+           "MAX_BYTES", "MAX_ARRAY_ELEMENTS", "TRUSTED_ROOTS", "DISABLE_ENV", "MARK"]
+
+#: environment variable that turns this cache off (any value but "", "0", "false", "no")
+DISABLE_ENV = "APPROXCV_NO_PROGRAM_CACHE"
+#: programs whose trace + lower + compile took less are not stored (a load costs a file
+#: read and a few milliseconds)
+MIN_SECONDS = 0.03
+#: size limit of the directory (least recently written entries removed beyond it)
+MAX_BYTES = 2 ** 30
+#: arrays held by value in a key (closures, static arguments) have at most this many
+#: elements; a larger one is a bypass
+MAX_ARRAY_ELEMENTS = 4096
+#: top-level packages whose functions and classes a key may name (their versions are in
+#: the key); approxcv's own are covered by :func:`source_digest`
+TRUSTED_ROOTS = frozenset({
+    "approxcv", "jax", "jaxlib", "numpy", "scipy", "optax", "optimistix", "lineax",
+    "equinox", "builtins", "math", "operator", "functools", "itertools", "collections",
+    "typing"})
+#: an XLA option added to the programs compiled through this cache: it has no effect on
+#: CPU code (a GPU option) but is part of JAX's cache key, so those programs never match
+#: entries of JAX's cache written outside it (which would load but not serialize whole)
+MARK = {"xla_gpu_enable_cublaslt": True}
+#: what a key's format is; raise it when the key changes meaning
+SCHEMA = "approxcv-program-1"
+
+#: counters of this process: ``loaded``, ``stored``, ``compiled``, ``bypassed`` and
+#: ``reasons`` (a Counter of why calls bypassed the cache)
+stats = {"loaded": 0, "stored": 0, "compiled": 0, "bypassed": 0,
+         "reasons": collections.Counter()}
+
+#: dir: a directory set by use_directory; usable: the platform allows it; paused: paused()
+_STATE = {"dir": None, "usable": None, "paused": False}
+_LOCK = threading.Lock()
+
+
+class Unkeyable(Exception):
+    """A value that no key can name exactly (module docstring): the call bypasses the
+    cache."""
+
+
+def use_directory(directory) -> None:
+    """Keep programs under ``directory`` from now on (``None``: back to the default,
+    :func:`directory`)."""
+    _STATE["dir"] = None if directory is None else Path(directory)
+    _STATE["usable"] = None
+
+
+def directory() -> Path | None:
+    """Where programs are kept: the directory :func:`use_directory` set, else
+    ``programs`` in approxcv's compilation cache when approxcv configured that cache itself
+    (:func:`approxcv._jax_setup.configure`), else ``None`` (off)."""
+    if _STATE["dir"] is not None:
+        return _STATE["dir"]
+    in_use = _jax_setup.configured() and _jax_setup.cache_directory()
+    if not in_use or Path(in_use) != _compilation_cache.cache_dir():
+        return None
+    return Path(in_use) / "programs"
+
+
+def disabled_by_env() -> bool:
+    """Whether :data:`DISABLE_ENV` turns the cache off."""
+    return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+@contextlib.contextmanager
+def paused():
+    """A block in which no call goes through this cache (every program is traced and
+    lowered, as a test that counts lowerings expects)."""
+    before = _STATE["paused"]
+    _STATE["paused"] = True
+    try:
+        yield
+    finally:
+        _STATE["paused"] = before
+
+
+def active() -> bool:
+    """Whether calls go through this cache now (module docstring)."""
+    if _STATE["paused"] or directory() is None or jax.config.jax_disable_jit:
+        return False
+    if _STATE["usable"] is None:
+        _STATE["usable"] = (not disabled_by_env() and jax.default_backend() == "cpu"
+                            and jax.device_count() == 1)
+    return _STATE["usable"]
+
+
+def clear() -> None:
+    """Forget the programs held in this process (as ``jax.clear_caches`` does for JAX's):
+    the wrappers of :func:`approxcv._compile.jit` register their in-memory tables here."""
+    for table in list(_TABLES):
+        table.clear()
+
+
+_TABLES: list = []
+
+
+def register_table(table: dict) -> dict:
+    """Let :func:`clear` empty ``table``; returns it."""
+    _TABLES.append(table)
+    return table
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+def _root(module: str | None) -> str:
+    return (module or "").partition(".")[0]
+
+
+def _trusted(module: str | None) -> bool:
+    """Whether a key may name functions and classes of ``module``: approxcv's, the
+    libraries' of :data:`TRUSTED_ROOTS`, or Python's standard library's (their versions are
+    in the key)."""
+    root = _root(module)
+    return root in TRUSTED_ROOTS or (root in sys.stdlib_module_names and root != "__main__")
+
+
+@functools.cache
+def _installed(module: str) -> bool:
+    """Whether ``module`` is part of an installed library (trusted, standard library, or a
+    file under ``site-packages``/``dist-packages``), not a script's or a test's."""
+    if _trusted(module):
+        return True
+    found = sys.modules.get(module)
+    path = str(getattr(found, "__file__", "") or "")
+    return "site-packages" in path or "dist-packages" in path
+
+
+def _named(obj, what: str) -> str:
+    """``module:qualname`` of a function or class of a trusted package, else
+    :class:`Unkeyable`."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if not _trusted(module) or not qualname:
+        raise Unkeyable(f"{what} of module {module!r}")
+    return f"{module}:{qualname}"
+
+
+def _array(a) -> str:
+    a = np.asarray(a)
+    if a.size > MAX_ARRAY_ELEMENTS or a.dtype == object:
+        raise Unkeyable(f"array of {a.size} elements held by value")
+    digest = hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:24]
+    return f"array({a.dtype.str},{a.shape},{digest})"
+
+
+def fingerprint(x, _seen=None, _depth: int = 0) -> str:
+    """A string that names ``x`` exactly (module docstring), or :class:`Unkeyable`."""
+    if _depth > 40:
+        raise Unkeyable("nested too deeply")
+    t = type(x)
+    if x is None or t in (bool, int, float, complex, str, bytes):
+        return f"{t.__name__}:{x!r}"
+    if isinstance(x, (np.generic, np.ndarray)):
+        return _array(x)
+    if isinstance(x, jax.Array):
+        if isinstance(x, jax.core.Tracer):
+            raise Unkeyable("a tracer")
+        return _array(x)
+    if isinstance(x, np.dtype):
+        return f"dtype:{x.str}"
+    if isinstance(x, jax.tree_util.PyTreeDef):
+        text = str(x)
+        if " at 0x" in text:
+            raise Unkeyable("a pytree definition naming an object by address")
+        return f"treedef:{text}"
+    _seen = () if _seen is None else _seen
+    if id(x) in _seen:                  # a function that calls itself: its place on the path
+        return f"back:{_seen.index(id(x))}"
+    _seen = _seen + (id(x),)
+    sub = functools.partial(fingerprint, _seen=_seen, _depth=_depth + 1)
+    if isinstance(x, type):
+        return "type:" + _named(x, "a class")
+    if isinstance(x, enum.Enum):
+        return f"enum:{_named(t, 'an enum')}.{x.name}"
+    if t in (tuple, list):
+        return f"{t.__name__}(" + ",".join(sub(v) for v in x) + ")"
+    if isinstance(x, tuple) and hasattr(t, "_fields"):        # a NamedTuple
+        return f"{_named(t, 'a named tuple')}(" + ",".join(sub(v) for v in x) + ")"
+    if t is dict:
+        return "dict{" + ",".join(sorted(f"{sub(k)}:{sub(v)}" for k, v in x.items())) + "}"
+    if t in (set, frozenset):
+        return f"{t.__name__}{{" + ",".join(sorted(sub(v) for v in x)) + "}"
+    if isinstance(x, functools.partial):
+        return (f"partial({sub(x.func)};{sub(x.args)};{sub(x.keywords)})")
+    if isinstance(x, types.MethodType):
+        return f"method({sub(x.__func__)};{sub(x.__self__)})"
+    program = getattr(x, "__acv_program__", None)
+    if program is not None:                     # a function wrapped by _compile.jit
+        return "program(" + ",".join(sub(v) for v in program) + ")"
+    if isinstance(x, types.FunctionType):
+        return _function(x, sub)
+    if isinstance(x, (types.BuiltinFunctionType, np.ufunc)):
+        return "builtin:" + _named(x, "a built-in function")
+    if hasattr(x, "__wrapped__") and _trusted(t.__module__):
+        # functools.cache, jax.jit, jax.custom_jvp/vjp objects: the function they wrap
+        # (rules of custom derivatives are approxcv's source, in the key)
+        return f"wrapped({_named(t, 'a wrapper')};{sub(x.__wrapped__)})"
+    if _root(t.__module__) == "approxcv":
+        return f"object({_named(t, 'an object')};{sub(_attributes(x))})"
+    raise Unkeyable(f"a {t.__module__}.{t.__qualname__} value")
+
+
+def _function(f, sub) -> str:
+    """A function by name, closure and defaults."""
+    name = _named(f, "a function")
+    cells = tuple(c.cell_contents if _filled(c) else "<empty>" for c in f.__closure__ or ())
+    return (f"function({name};{sub(cells)};{sub(f.__defaults__)};"
+            f"{sub(f.__kwdefaults__)})")
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _attributes(x) -> dict:
+    """The attributes of an approxcv object (``__dict__`` and ``__slots__``)."""
+    attrs = dict(getattr(x, "__dict__", {}))
+    for cls in type(x).__mro__:
+        for slot in getattr(cls, "__slots__", ()):
+            if slot not in ("__dict__", "__weakref__") and hasattr(x, slot):
+                attrs[slot] = getattr(x, slot)
+    return attrs
+
+
+# ---------------------------------------------------------------------------- environment
+
+@functools.cache
+def source_digest() -> str:
+    """sha256 of every ``.py`` file of the installed approxcv package (names and bytes)."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def _versions() -> str:
+    names = sorted(r for r in TRUSTED_ROOTS if r != "approxcv")
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name}={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return f"python={sys.version};" + ";".join(found)
+
+
+_CACHE_SETTINGS = ("compilation_cache", "persistent_cache", "log_compiles",
+                   "explain_cache_misses", "logging_level")
+
+
+def environment() -> str:
+    """What besides a program's own key decides its compiled code (module docstring)."""
+    try:
+        from jax._src import config as jax_config      # JAX's trace context (private)
+        context = repr(jax_config.trace_context())
+    except (ImportError, AttributeError) as err:
+        raise Unkeyable(f"JAX's trace context is unavailable ({err})") from None
+    if " at 0x" in context:
+        raise Unkeyable("JAX's trace context names an object by address")
+    settings = sorted((k, repr(v)) for k, v in jax.config.values.items()
+                      if not any(s in k for s in _CACHE_SETTINGS))
+    return "|".join([SCHEMA, source_digest(), _versions(), os.environ.get("XLA_FLAGS", ""),
+                     jax.default_backend(), repr(settings), context])
+
+
+def namespace_digest() -> str:
+    """sha256 of approxcv's module- and class-level settings (module docstring);
+    :class:`Unkeyable` when a function, class or mock of a script or test (a module of no
+    installed library) is bound in approxcv's namespace."""
+    h = hashlib.sha256()
+    for name in sorted(m for m in sys.modules if _root(m) == "approxcv"):
+        module = sys.modules[name]
+        if module is None:
+            continue
+        for attr, value in sorted(vars(module).items()):
+            _setting(h, f"{name}.{attr}", value, name)
+            if isinstance(value, type) and value.__module__ == name:
+                for cattr, cvalue in sorted(vars(value).items()):
+                    if cattr.startswith("__"):
+                        continue
+                    _setting(h, f"{name}.{attr}.{cattr}", cvalue, name)
+    return h.hexdigest()
+
+
+_SIMPLE = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _setting(h, where: str, value, module: str) -> None:
+    if isinstance(value, _SIMPLE) or (isinstance(value, (tuple, frozenset))
+                                      and all(isinstance(v, _SIMPLE) for v in value)):
+        text = (repr(sorted(value, key=repr)) if isinstance(value, frozenset)
+                else repr(value))                  # a set's order varies by process
+        h.update(f"{where}={text};".encode())
+        return
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, (types.FunctionType, type)):
+        origin = getattr(value, "__module__", None)
+        if not _installed(origin or "__main__"):
+            raise Unkeyable(f"{where} is bound to {origin}.{value.__qualname__}")
+        return
+    if _root(type(value).__module__) == "unittest":
+        raise Unkeyable(f"{where} is a mock")
+
+
+# ------------------------------------------------------------------------------- the keys
+
+def avals(leaves) -> tuple:
+    """``(shape, dtype, weak)`` of each dynamic argument (Python scalars by type)."""
+    out = []
+    for leaf in leaves:
+        if isinstance(leaf, (bool, int, float, complex)):
+            out.append(type(leaf).__name__)
+        elif hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            out.append((tuple(leaf.shape), str(leaf.dtype),
+                        bool(getattr(leaf, "weak_type", False))))
+        else:
+            raise Unkeyable(f"a {type(leaf).__name__} argument")
+    return tuple(out)
+
+
+def program_key(program, statics, treedef, shapes) -> str:
+    """The file name of a program: sha256 of the environment, approxcv's settings, the
+    program (its function, options), its static arguments and its arguments' shapes."""
+    text = "|".join([environment(), namespace_digest(), fingerprint(program),
+                     fingerprint(statics), fingerprint(treedef), repr(shapes)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- the storage
+
+def load(key: str, options: dict | None):
+    """The stored program ``key`` (compiled with the XLA ``options``), or ``None``."""
+    path = directory() / key
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        return _deserialize(blob, options)
+    except Exception:  # noqa: BLE001  (an unreadable entry: compiled again and replaced)
+        stats["reasons"]["unreadable entry"] += 1
+        return None
+
+
+class _Unpickler(serialize_executable._JaxPjrtUnpickler):
+    """``jax.experimental.serialize_executable``'s unpickler, loading the executable with
+    the XLA options it was compiled with: without them XLA's CPU runtime looks its kernels
+    up under other names (``Function ..._fusion not found``, or a crash) when the options
+    change code generation (approxcv's classic emitters, ``_compile.compiler_options``)."""
+
+    def __init__(self, file, backend, options):
+        super().__init__(file, backend)
+        self.options = options
+
+    def persistent_load(self, pid):
+        if pid[0] == "exec":
+            from jax._src import compiler
+            compile_options = compiler.get_compile_options(
+                num_replicas=1, num_partitions=1,
+                env_options_overrides=self.options, backend=self.backend)
+            return self.backend.deserialize_executable(
+                pid[1], executable_devices=self.execution_devices,
+                compile_options=compile_options)
+        return super().persistent_load(pid)
+
+
+class _Pickler(serialize_executable._JaxPjrtPickler):
+    """``jax.experimental.serialize_executable``'s pickler, writing the executable as JAX's
+    own cache does (``LoadedExecutable.serialize``): the client's serializer that
+    ``serialize_executable`` uses refuses some CPU programs (``LessThan is not
+    serializable``: a sort's comparator)."""
+
+    def persistent_id(self, obj):
+        if isinstance(obj, xla_client.LoadedExecutable) and hasattr(obj, "serialize"):
+            return ("exec", obj.serialize())
+        return super().persistent_id(obj)
+
+
+def _serialize(compiled) -> tuple:
+    """``serialize_executable.serialize`` with :class:`_Pickler`."""
+    unloaded = compiled._executable._unloaded_executable
+    args_info_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
+    if compiled._params.const_args:
+        raise Unkeyable("a program with constant arguments")
+    with io.BytesIO() as file:
+        _Pickler(file).dump((unloaded, args_info_flat, compiled._no_kwargs))
+        return file.getvalue(), in_tree, compiled.out_tree
+
+
+@functools.cache
+def _native_kernels() -> None:
+    """Set up jaxlib's LAPACK kernels, which JAX otherwise does when it first lowers a
+    linear-algebra operation: a loaded program that calls one before that crashes the
+    process (jaxlib 0.9.2: the kernel's pointer is still null)."""
+    import jaxlib.lapack
+    jaxlib.lapack.prepare_lapack_call("trsm_ffi", np.dtype(np.float64))
+
+
+def _deserialize(blob: bytes, options: dict | None):
+    """``serialize_executable.deserialize_and_load`` with the compile options, after
+    :func:`_native_kernels`."""
+    _native_kernels()
+    payload, in_tree, out_tree = pickle.loads(blob)
+    backend = jax.devices()[0].client
+    unloaded, args_info_flat, no_kwargs = _Unpickler(io.BytesIO(payload), backend,
+                                                     options).load()
+    return jax.stages.Compiled(unloaded.load(), [], in_tree.unflatten(args_info_flat),
+                               out_tree, no_kwargs=no_kwargs)
+
+
+def store(key: str, compiled) -> None:
+    """Write ``compiled`` under ``key`` atomically (a failure only leaves it unstored)."""
+    folder = directory()
+    why = unstorable(compiled)
+    if why is not None:
+        stats["reasons"][f"not stored: {why}"] += 1
+        return
+    try:
+        blob = pickle.dumps(_serialize(compiled))
+        folder.mkdir(parents=True, exist_ok=True)
+        _evict(folder, len(blob))
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, folder / key)
+        stats["stored"] += 1
+    except Exception as err:  # noqa: BLE001  (not stored: compiled again next time)
+        stats["reasons"][f"not stored: {type(err).__name__}: {err}"[:160]] += 1
+
+
+#: the custom calls a stored program may make: jaxlib's LAPACK kernels, set up before a
+#: load (:func:`_native_kernels`)
+STORABLE_CUSTOM_CALLS = ("lapack_",)
+
+
+def unstorable(compiled) -> str | None:
+    """Why ``compiled`` cannot be stored, or ``None``: host callbacks or side effects (they
+    refer to objects of this process), or a custom call other than
+    :data:`STORABLE_CUSTOM_CALLS` (whose kernel a later process may not have set up)."""
+    unloaded = getattr(compiled._executable, "_unloaded_executable", None)
+    if unloaded is None:
+        return "not serializable"
+    if (getattr(unloaded, "host_callbacks", None) or getattr(unloaded, "ordered_effects", None)
+            or getattr(unloaded, "unordered_effects", None)):
+        return "host callbacks or effects"
+    targets = set(re.findall(r'custom_call_target="([^"]+)"', compiled.as_text() or ""))
+    other = sorted(t for t in targets if not t.startswith(STORABLE_CUSTOM_CALLS))
+    return f"custom call {other[0]}" if other else None
+
+
+def _evict(directory: Path, incoming: int) -> None:
+    """Remove the least recently written entries while the directory would exceed
+    :data:`MAX_BYTES`."""
+    entries = []
+    for entry in os.scandir(directory):
+        if entry.is_file():
+            st = entry.stat()
+            entries.append((st.st_mtime, st.st_size, entry.path))
+    total = sum(size for _, size, _ in entries) + incoming
+    for _, size, path in sorted(entries):
+        if total <= MAX_BYTES:
+            break
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+        total -= size
+
+
+def compiled_program(jitted, program, statics, dyn_args, dyn_kwargs):
+    """The compiled program of ``jitted`` for these arguments: loaded from the directory,
+    else lowered, compiled and (if it took :data:`MIN_SECONDS`) stored; ``jitted`` itself
+    when no key can be made (:class:`Unkeyable`, counted in :data:`stats`)."""
+    try:
+        leaves, treedef = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        key = program_key(program, statics, treedef, avals(leaves))
+    except Unkeyable as why:
+        stats["bypassed"] += 1
+        stats["reasons"][str(why)] += 1
+        return jitted
+    found = load(key, program[-1])
+    if found is not None:
+        stats["loaded"] += 1
+        return found
+    start = time.perf_counter()
+    args, kwargs = program_args(statics, dyn_args, dyn_kwargs)
+    _HITS.count = 0
+    with _outside_jax_cache():
+        compiled = jitted.lower(*args, **kwargs).compile()
+    stats["compiled"] += 1
+    if _HITS.count:
+        # loaded from JAX's cache: such an executable does not serialize whole (jaxlib
+        # 0.9.2 writes a program whose kernels are missing), so it is not stored
+        stats["reasons"]["from JAX's cache, not stored"] += 1
+    elif time.perf_counter() - start >= MIN_SECONDS:
+        with _LOCK:
+            store(key, compiled)
+    return compiled
+
+
+def _outside_jax_cache():
+    """A context in which a program compiled is not written to JAX's cache: one copy on
+    disk, and one JAX's cache could hand back would not serialize whole (JAX's threshold
+    raised in the compiling thread only; private API: no effect where it is missing)."""
+    try:
+        from jax._src import config as jax_config
+        return jax_config.persistent_cache_min_compile_time_secs(float("inf"))
+    except (ImportError, AttributeError, TypeError):
+        return contextlib.nullcontext()
+
+
+class _Hits(threading.local):
+    count = 0
+
+
+#: loads from JAX's persistent cache in this thread (JAX's monitoring event)
+_HITS = _Hits()
+
+
+def _count_jax_cache_hit(event: str, **kwargs) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _HITS.count += 1
+
+
+jax.monitoring.register_event_listener(_count_jax_cache_hit)
+
+
+def program_args(statics, dyn_args, dyn_kwargs):
+    """The full ``(args, kwargs)`` of a call from its static values (``statics``:
+    ``((position, value)...), ((name, value)...)``) and its dynamic ones."""
+    positional, named = statics
+    args = list(dyn_args)
+    for position, value in positional:
+        args.insert(position, value)
+    return tuple(args), {**dyn_kwargs, **dict(named)}

@@ -1,0 +1,137 @@
+"""The persistent program cache (``approxcv/_program_cache.py``): keys name programs exactly
+or not at all, a second process loads instead of tracing, and what cannot be keyed or
+stored goes through ``jax.jit`` as before."""
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from approxcv import _compilation_cache, _program_cache
+from approxcv.engine.methods import ij as ij_module
+from approxcv.problem import flat_params
+
+ROOT = Path(__file__).resolve().parents[1]
+pc = _program_cache
+
+
+def _scaled(scale):
+    def scaled(x):
+        return x * scale
+    return scaled
+
+
+def test_fingerprint_names_functions_by_module_name_and_closure():
+    assert pc.fingerprint(flat_params) == pc.fingerprint(flat_params)
+    # approxcv closures: the values they hold are part of the key
+    from approxcv.optim.newton import value_and_derivatives
+    assert "value_and_derivatives" in pc.fingerprint(value_and_derivatives)
+    assert pc.fingerprint(functools.partial(flat_params, 1.0)) != \
+        pc.fingerprint(functools.partial(flat_params, 2.0))
+    assert pc.fingerprint(np.float64(1.0)) != pc.fingerprint(np.float32(1.0))
+    assert pc.fingerprint({"b": 1, "a": (2, 3.5)}) == pc.fingerprint({"a": (2, 3.5), "b": 1})
+    assert pc.fingerprint(np.arange(3.0)) != pc.fingerprint(np.arange(3.0) + [0, 0, 1e-12])
+
+
+def test_what_cannot_be_named_exactly_is_unkeyable():
+    with pytest.raises(pc.Unkeyable, match="module"):
+        pc.fingerprint(_scaled(2.0))             # a test's function: its body is not in the key
+    with pytest.raises(pc.Unkeyable, match="module"):
+        pc.fingerprint(lambda x: x)
+    with pytest.raises(pc.Unkeyable, match="elements"):
+        pc.fingerprint(np.zeros(pc.MAX_ARRAY_ELEMENTS + 1))
+    with pytest.raises(pc.Unkeyable):
+        pc.fingerprint(object())
+
+
+def test_a_function_that_calls_itself_has_a_key():
+    """The problem's ``unravel`` refers to itself (its closure holds it): a back-reference,
+    not an endless recursion."""
+    import approxcv as acv
+    model = acv.models.PoissonHMM(n_states=2)
+    x = acv.datasets.load_calls(60)
+    params = model.init_params(model.prepare(x, None)[0], None, 1, 0)[0]
+    from approxcv.problem import make_problem
+    problem = make_problem(model, x, params)
+    key = pc.fingerprint(problem.unravel)
+    assert "back:" in key and key == pc.fingerprint(problem.unravel)
+
+
+def test_settings_and_monkeypatches_reach_the_key(monkeypatch):
+    before = pc.namespace_digest()
+    monkeypatch.setattr(ij_module, "NEWTON_DIAGNOSTIC_RTOL", 2e-3)
+    assert pc.namespace_digest() != before           # a changed setting: another key
+    monkeypatch.undo()
+    assert pc.namespace_digest() == before
+    monkeypatch.setattr(ij_module, "ij_params", _scaled(1.0))
+    with pytest.raises(pc.Unkeyable, match="ij_params"):
+        pc.namespace_digest()                          # a test's function bound: no key
+
+
+def test_programs_with_host_callbacks_are_not_stored():
+    def noisy(x):
+        jax.debug.callback(lambda v: None, x)
+        return x + 1.0
+    compiled = jax.jit(noisy).lower(jnp.ones(3)).compile()
+    assert pc.unstorable(compiled) == "host callbacks or effects"
+    assert pc.unstorable(jax.jit(jnp.sin).lower(jnp.ones(3)).compile()) is None
+
+
+SMALL_JOB = """
+import numpy as np
+import approxcv as acv
+from approxcv import _program_cache
+_program_cache.MIN_SECONDS = 0
+x = acv.datasets.load_calls(300)
+model = acv.models.PoissonHMM(n_states=2)
+params = model.fit(x)
+folds = acv.folds.iid(len(x), frac=0.1, n_folds=12, seed=0)
+ij = acv.cross_validate(model, x, folds, method="ij", params=params, progress=False)
+s = _program_cache.stats
+print(s["loaded"], s["stored"], s["compiled"], s["bypassed"], dict(s["reasons"]))
+np.save("{out}", np.asarray(ij.fold_loss))
+"""
+
+
+def _job(cache, out, extra_env=None):
+    env = {k: v for k, v in os.environ.items()
+           if k not in (_compilation_cache.DISABLE_ENV, pc.DISABLE_ENV,
+                        "TF_CPP_MIN_LOG_LEVEL", "JAX_COMPILATION_CACHE_DIR")}
+    env.update({_compilation_cache.DIR_ENV: str(cache), "PYTHONPATH": str(ROOT)})
+    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
+                                if not f.startswith(_compilation_cache.ISA_FLAG))
+    env.update(extra_env or {})
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", SMALL_JOB.format(out=out)],
+                          env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr == "", proc.stderr[-3000:]
+    loaded, stored, compiled, bypassed = (int(v) for v in proc.stdout.split()[:4])
+    return loaded, stored, compiled, bypassed, np.load(out)
+
+
+def test_a_second_process_loads_every_program_and_gets_the_same_numbers(tmp_path):
+    cold = _job(tmp_path / "cache", tmp_path / "cold.npy")
+    warm = _job(tmp_path / "cache", tmp_path / "warm.npy")
+    loaded, stored, compiled, bypassed = cold[:4]
+    assert loaded == 0 and stored > 0 and bypassed == 0
+    loaded, stored, compiled, bypassed = warm[:4]
+    assert loaded > 0 and compiled == 0 and stored == 0 and bypassed == 0
+    np.testing.assert_array_equal(warm[4], cold[4])          # the same programs, bit for bit
+    entries = list((tmp_path / "cache").glob("*/programs/*"))
+    assert entries
+    # a damaged entry is compiled again and replaced, with the same numbers
+    for entry in entries:
+        entry.write_bytes(b"not a program")
+    damaged = _job(tmp_path / "cache", tmp_path / "damaged.npy")
+    assert damaged[0] == 0 and damaged[2] > 0
+    np.testing.assert_array_equal(damaged[4], cold[4])
+    # switched off: nothing loaded or stored, the same numbers
+    off = _job(tmp_path / "cache", tmp_path / "off.npy", {pc.DISABLE_ENV: "1"})
+    assert off[:2] == (0, 0)
+    np.testing.assert_array_equal(off[4], cold[4])
