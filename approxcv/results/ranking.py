@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..errors import ArgumentTypeError, IncomparableResultsError, InvalidArgumentError
 from .inputs import check_comparable
 from .result import CVResult, paired_se
+
+if TYPE_CHECKING:                 # annotations only: pandas is imported when used
+    import pandas as pd
 
 __all__ = ["compare"]
 
@@ -131,6 +134,7 @@ def compare(results, *, on: str = "all", unit: str = "auto",
                      "n_unreliable": int(bad[name][keep].sum()),
                      "warning": bool(differs or bad[name][keep].any()),
                      "method": results[name].method})
+    import pandas as pd     # here, not at the top: a fit and its CV need no pandas
     table = pd.DataFrame(rows, index=pd.Index(order, name="model"))
     table.attrs.update(unit=unit, on=on, n_folds=int(keep.sum()))
     return table

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
-import pandas as pd
 
 from ..errors import InvalidArgumentError
 from ..folds import Folds
 from .diagnostics import Diagnostics
 from .storage import save_result
+
+if TYPE_CHECKING:                 # annotations only: pandas is imported when used
+    import pandas as pd
 
 __all__ = ["CVResult"]
 
@@ -128,6 +130,7 @@ class CVResult:
     def to_frame(self) -> pd.DataFrame:
         """One row per left-out unit: ``fold_id``, ``unit``, ``loss``, the fold's
         ``fold_loss`` and whether the fold is ``unreliable``."""
+        import pandas as pd     # here, not at the top: a fit and its CV need no pandas
         sizes = np.array([len(p) for p in self.point_loss])
         return pd.DataFrame({
             "fold_id": np.repeat(self.fold_ids, sizes),
