@@ -486,6 +486,8 @@ def _deserialize(blob: bytes, options: dict | None):
 def store(key: str, compiled) -> None:
     """Write ``compiled`` under ``key`` atomically (a failure only leaves it unstored)."""
     folder = directory()
+    if (folder / key).exists():     # another thread stored it (serializing a program that
+        return                      # has run may fail: XLA's sort comparator, LessThan)
     why = unstorable(compiled)
     if why is not None:
         stats["reasons"][f"not stored: {why}"] += 1
