@@ -222,9 +222,15 @@ def _absl_set_min_log_level():
         return None
 
 
+def switched_off(variable: str) -> bool:
+    """Whether the environment variable ``variable`` says off: set to anything but "",
+    "0", "false" or "no"."""
+    return os.environ.get(variable, "").strip().lower() not in ("", "0", "false", "no")
+
+
 def disabled() -> bool:
     """Whether :data:`DISABLE_ENV` turns the cache off."""
-    return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+    return switched_off(DISABLE_ENV)
 
 
 def enable(config, jaxlib_version: str = "0") -> str | None:

@@ -169,8 +169,8 @@ def _cached_call(programs, jitted, split, program, args, kwargs):
     except (TypeError, _program_cache.Unkeyable):       # an unhashable static value
         return jitted(*args, **kwargs)
     if found is None:
-        ready = _program_cache.compiled_program(jitted, program, statics, dyn_args,
-                                                dyn_kwargs)
+        ready = _program_cache.compiled_program(jitted, program, statics, treedef,
+                                                table_key[-1], args, kwargs)
         found = programs[table_key] = (ready, ready is jitted)
     ready, full = found
     return ready(*args, **kwargs) if full else ready(*dyn_args, **dyn_kwargs)

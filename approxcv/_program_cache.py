@@ -57,14 +57,15 @@ from importlib import metadata
 from pathlib import Path
 
 import jax
+import jaxlib.lapack
 import numpy as np
 from jax.experimental import serialize_executable
 from jax._src.lib import xla_client
 
 from . import _compilation_cache, _jax_setup
 
-__all__ = ["use_directory", "directory", "active", "paused", "fingerprint", "Unkeyable", "program_key", "environment",
-           "namespace_digest", "source_digest", "stats", "clear", "MIN_SECONDS",
+__all__ = ["use_directory", "directory", "active", "paused", "fingerprint", "Unkeyable",
+           "program_key", "environment", "namespace_digest", "source_digest", "stats", "clear", "MIN_SECONDS",
            "MAX_BYTES", "MAX_ARRAY_ELEMENTS", "TRUSTED_ROOTS", "DISABLE_ENV", "MARK"]
 
 #: environment variable that turns this cache off (any value but "", "0", "false", "no")
@@ -95,8 +96,9 @@ SCHEMA = "approxcv-program-1"
 stats = {"loaded": 0, "stored": 0, "compiled": 0, "bypassed": 0,
          "reasons": collections.Counter()}
 
-#: dir: a directory set by use_directory; usable: the platform allows it; paused: paused()
-_STATE = {"dir": None, "usable": None, "paused": False}
+#: dir: a directory set by use_directory; default: the directory() resolved (False: off);
+#: usable: the platform allows it; paused: paused(); bytes: the directory's size as known
+_STATE = {"dir": None, "default": None, "usable": None, "paused": False, "bytes": None}
 _LOCK = threading.Lock()
 
 
@@ -109,24 +111,26 @@ def use_directory(directory) -> None:
     """Keep programs under ``directory`` from now on (``None``: back to the default,
     :func:`directory`)."""
     _STATE["dir"] = None if directory is None else Path(directory)
-    _STATE["usable"] = None
+    _STATE["usable"] = _STATE["bytes"] = None
 
 
 def directory() -> Path | None:
     """Where programs are kept: the directory :func:`use_directory` set, else
     ``programs`` in approxcv's compilation cache when approxcv configured that cache itself
-    (:func:`approxcv._jax_setup.configure`), else ``None`` (off)."""
+    (:func:`approxcv._jax_setup.configure`), else ``None`` (off). Resolved once configured
+    (every call of a program asks, and naming the CPU reads ``/proc/cpuinfo``)."""
     if _STATE["dir"] is not None:
         return _STATE["dir"]
-    in_use = _jax_setup.configured() and _jax_setup.cache_directory()
-    if not in_use or Path(in_use) != _compilation_cache.cache_dir():
-        return None
-    return Path(in_use) / "programs"
+    if _STATE["default"] is None and _jax_setup.configured():
+        in_use = _jax_setup.cache_directory()
+        _STATE["default"] = (Path(in_use) / "programs" if in_use
+                             and Path(in_use) == _compilation_cache.cache_dir() else False)
+    return _STATE["default"] or None
 
 
 def disabled_by_env() -> bool:
     """Whether :data:`DISABLE_ENV` turns the cache off."""
-    return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+    return _compilation_cache.switched_off(DISABLE_ENV)
 
 
 @contextlib.contextmanager
@@ -467,7 +471,6 @@ def _native_kernels() -> None:
     """Set up jaxlib's LAPACK kernels, which JAX otherwise does when it first lowers a
     linear-algebra operation: a loaded program that calls one before that crashes the
     process (jaxlib 0.9.2: the kernel's pointer is still null)."""
-    import jaxlib.lapack
     jaxlib.lapack.prepare_lapack_call("trsm_ffi", np.dtype(np.float64))
 
 
@@ -495,11 +498,12 @@ def store(key: str, compiled) -> None:
     try:
         blob = pickle.dumps(_serialize(compiled))
         folder.mkdir(parents=True, exist_ok=True)
-        _evict(folder, len(blob))
+        _make_room(folder, len(blob))
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
         os.replace(tmp, folder / key)
+        _STATE["bytes"] += len(blob)
         stats["stored"] += 1
     except Exception as err:  # noqa: BLE001  (not stored: compiled again next time)
         stats["reasons"][f"not stored: {type(err).__name__}: {err}"[:160]] += 1
@@ -525,14 +529,15 @@ def unstorable(compiled) -> str | None:
     return f"custom call {other[0]}" if other else None
 
 
-def _evict(directory: Path, incoming: int) -> None:
-    """Remove the least recently written entries while the directory would exceed
-    :data:`MAX_BYTES`."""
-    entries = []
-    for entry in os.scandir(directory):
-        if entry.is_file():
-            st = entry.stat()
-            entries.append((st.st_mtime, st.st_size, entry.path))
+def _make_room(directory: Path, incoming: int) -> None:
+    """Keep the directory under :data:`MAX_BYTES` with ``incoming`` more bytes: its size is
+    read once per process and then counted; past the limit it is read again and the least
+    recently written entries are removed."""
+    if _STATE["bytes"] is None:
+        _STATE["bytes"] = sum(size for _, size, _ in _entries(directory))
+    if _STATE["bytes"] + incoming <= MAX_BYTES:
+        return
+    entries = _entries(directory)                   # other processes write here too
     total = sum(size for _, size, _ in entries) + incoming
     for _, size, path in sorted(entries):
         if total <= MAX_BYTES:
@@ -542,15 +547,27 @@ def _evict(directory: Path, incoming: int) -> None:
         except OSError:
             pass
         total -= size
+    _STATE["bytes"] = total - incoming
 
 
-def compiled_program(jitted, program, statics, dyn_args, dyn_kwargs):
-    """The compiled program of ``jitted`` for these arguments: loaded from the directory,
-    else lowered, compiled and (if it took :data:`MIN_SECONDS`) stored; ``jitted`` itself
-    when no key can be made (:class:`Unkeyable`, counted in :data:`stats`)."""
+def _entries(directory: Path) -> list:
+    """``(mtime, bytes, path)`` of every file in ``directory``."""
+    out = []
+    for entry in os.scandir(directory):
+        if entry.is_file():
+            st = entry.stat()
+            out.append((st.st_mtime, st.st_size, entry.path))
+    return out
+
+
+def compiled_program(jitted, program, statics, treedef, shapes, args, kwargs):
+    """The compiled program of ``jitted`` for the call ``(args, kwargs)`` (its static
+    values ``statics``, the pytree definition ``treedef`` and :func:`avals` ``shapes`` of its
+    other arguments): loaded from the directory, else lowered, compiled and (if it took
+    :data:`MIN_SECONDS`) stored; ``jitted`` itself when no key can be made
+    (:class:`Unkeyable`, counted in :data:`stats`)."""
     try:
-        leaves, treedef = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
-        key = program_key(program, statics, treedef, avals(leaves))
+        key = program_key(program, statics, treedef, shapes)
     except Unkeyable as why:
         stats["bypassed"] += 1
         stats["reasons"][str(why)] += 1
@@ -560,7 +577,6 @@ def compiled_program(jitted, program, statics, dyn_args, dyn_kwargs):
         stats["loaded"] += 1
         return found
     start = time.perf_counter()
-    args, kwargs = program_args(statics, dyn_args, dyn_kwargs)
     _HITS.count = 0
     with _outside_jax_cache():
         compiled = jitted.lower(*args, **kwargs).compile()
@@ -601,12 +617,3 @@ def _count_jax_cache_hit(event: str, **kwargs) -> None:
 
 jax.monitoring.register_event_listener(_count_jax_cache_hit)
 
-
-def program_args(statics, dyn_args, dyn_kwargs):
-    """The full ``(args, kwargs)`` of a call from its static values (``statics``:
-    ``((position, value)...), ((name, value)...)``) and its dynamic ones."""
-    positional, named = statics
-    args = list(dyn_args)
-    for position, value in positional:
-        args.insert(position, value)
-    return tuple(args), {**dyn_kwargs, **dict(named)}
