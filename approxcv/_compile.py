@@ -98,6 +98,15 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
     programs = _program_cache.register_table({})
     split = _ArgumentSplit(fun, jit_kwargs)
 
+    def jitted_for(key):
+        """``(jax.jit of fun, its compile options)`` for ``key``: ``True`` (nested) or
+        ``(platform, small, cached)``."""
+        if key not in compiled:
+            options = None if key is True else compiler_options(*key)
+            compiled[key] = (jax.jit(fun, **jit_kwargs) if key is True else
+                             jax.jit(fun, compiler_options=options, **jit_kwargs), options)
+        return compiled[key]
+
     @functools.wraps(fun)
     def call(*args, **kwargs):
         # called while another program is traced (a model's jitted kernel inside an
@@ -108,15 +117,14 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
                  and array_elements(leaves) <= fast_compile_elements)
         cached = not nested and _program_cache.active()
         key = True if nested else (current_platform(), small, cached)
-        if key not in compiled:
-            options = None if nested else compiler_options(*key)
-            compiled[key] = (jax.jit(fun, **jit_kwargs) if nested else
-                             jax.jit(fun, compiler_options=options, **jit_kwargs), options)
-        jitted, options = compiled[key]
+        jitted, options = jitted_for(key)
         if not cached:
             return jitted(*args, **kwargs)
-        return _cached_call(programs, jitted, split, call.__acv_program__ + (key, options),
-                            args, kwargs)
+        # a call the program cache cannot key runs without the cache's mark: a marked
+        # program must never reach JAX's cache (module docstring of _program_cache)
+        unmarked = functools.partial(jitted_for, (key[0], small, False))
+        return _cached_call(programs, jitted, unmarked, split,
+                            call.__acv_program__ + (key, options), args, kwargs)
     call.__acv_program__ = (fun, fast_compile_elements, tuple(sorted(jit_kwargs.items())))
     return call
 
@@ -155,23 +163,34 @@ class _ArgumentSplit:
         return (positional, named), dyn_args, dyn_kwargs
 
 
-def _cached_call(programs, jitted, split, program, args, kwargs):
+def _cached_call(programs, jitted, unmarked, split, program, args, kwargs):
     """Call ``jitted`` through the persistent program cache (:mod:`approxcv._program_cache`),
     its programs held in ``programs``; ``program`` names it (the function, its ``jit``
-    options and its compile options)."""
+    options and its compile options). A call the cache cannot key goes through
+    ``unmarked()[0]``, the same function compiled without the cache's mark."""
     if not split.usable:
-        return jitted(*args, **kwargs)
+        return unmarked()[0](*args, **kwargs)
     statics, dyn_args, dyn_kwargs = split(args, kwargs)
     try:
         leaves, treedef = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
         table_key = (program[-2], statics, treedef, _program_cache.avals(leaves))
         found = programs.get(table_key)
     except (TypeError, _program_cache.Unkeyable):       # an unhashable static value
-        return jitted(*args, **kwargs)
+        return unmarked()[0](*args, **kwargs)
     if found is None:
-        ready = _program_cache.compiled_program(jitted, program, statics, treedef,
-                                                table_key[-1], args, kwargs)
-        found = programs[table_key] = (ready, ready is jitted)
+        # one thread loads or compiles a program; others calling it meanwhile wait for it
+        with _program_cache.program_lock((id(programs), table_key)):
+            found = programs.get(table_key)
+            if found is None:
+                ready, outputs = _program_cache.compiled_program(
+                    jitted, program, statics, treedef, table_key[-1], args, kwargs,
+                    dyn_args, dyn_kwargs)
+                if ready is None:                        # no key: JAX's jit and its cache
+                    ready = unmarked()[0]
+                full = not isinstance(ready, jax.stages.Compiled)  # a jit takes statics too
+                found = programs[table_key] = (ready, full)
+                if outputs is not _program_cache.NOT_RUN:  # a loaded program's checked run
+                    return outputs
     ready, full = found
     return ready(*args, **kwargs) if full else ready(*dyn_args, **dyn_kwargs)
 

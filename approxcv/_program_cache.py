@@ -11,7 +11,8 @@ options, and the environment (below) — and stores the compiled executable
 without tracing, lowering or compiling (a load takes milliseconds).
 
 A key is only made from what can be named exactly; anything else is a bypass (the program
-goes through ``jax.jit`` as before, with JAX's own cache), never a guess:
+goes through ``jax.jit`` as before, with JAX's own cache, compiled without :data:`MARK`),
+never a guess:
 
 * **functions and classes** of approxcv itself (the key holds the digest of every source
   file of the installed package, :func:`source_digest`) or of the libraries approxcv runs
@@ -36,6 +37,15 @@ file each under ``<compilation cache>/programs`` (written atomically; an unreada
 is compiled again and replaced); the directory is kept under :data:`MAX_BYTES` by removing
 the least recently written entries. :data:`stats` counts loads, stores, compiles and
 bypasses (with reasons) in this process.
+
+A loaded program's first call in a process is waited for, and one that fails to run is
+removed, compiled again and stored anew (counted in :data:`stats`). jaxlib 0.9.2 can write a
+CPU executable without all its kernels (``Function select_select_fusion not found`` when
+run: seen once in a test run that shared the directory between two processes, not
+reproduced). The known cause is an executable that JAX's own cache handed back; programs
+compiled here are therefore kept out of JAX's cache (:func:`_outside_jax_cache`, and
+:data:`MARK`, which a bypassed call does not carry), and one JAX's cache returned during a
+compile is not stored.
 """
 from __future__ import annotations
 
@@ -160,6 +170,19 @@ def clear() -> None:
     the wrappers of :func:`approxcv._compile.jit` register their in-memory tables here."""
     for table in list(_TABLES):
         table.clear()
+    with _LOCK:
+        _PROGRAM_LOCKS.clear()
+
+
+#: a lock per program being loaded or compiled (:func:`program_lock`)
+_PROGRAM_LOCKS: dict = {}
+
+
+def program_lock(key) -> threading.Lock:
+    """The lock of the program ``key`` (any hashable name): threads that call one program
+    at once load or compile it once (two loaded or compiled copies only cost time)."""
+    with _LOCK:
+        return _PROGRAM_LOCKS.setdefault(key, threading.Lock())
 
 
 _TABLES: list = []
@@ -418,6 +441,7 @@ def load(key: str, options: dict | None):
         return _deserialize(blob, options)
     except Exception:  # noqa: BLE001  (an unreadable entry: compiled again and replaced)
         stats["reasons"]["unreadable entry"] += 1
+        discard(key)
         return None
 
 
@@ -560,22 +584,38 @@ def _entries(directory: Path) -> list:
     return out
 
 
-def compiled_program(jitted, program, statics, treedef, shapes, args, kwargs):
-    """The compiled program of ``jitted`` for the call ``(args, kwargs)`` (its static
-    values ``statics``, the pytree definition ``treedef`` and :func:`avals` ``shapes`` of its
-    other arguments): loaded from the directory, else lowered, compiled and (if it took
-    :data:`MIN_SECONDS`) stored; ``jitted`` itself when no key can be made
-    (:class:`Unkeyable`, counted in :data:`stats`)."""
+#: what :func:`compiled_program` returns as outputs when it did not run the program
+NOT_RUN = object()
+
+
+def compiled_program(jitted, program, statics, treedef, shapes, args, kwargs,
+                     dyn_args, dyn_kwargs):
+    """``(program, outputs)``: the compiled program of ``jitted`` for the call ``(args,
+    kwargs)`` (its static values ``statics``, the pytree definition ``treedef`` and
+    :func:`avals` ``shapes`` of its other arguments ``(dyn_args, dyn_kwargs)``), and
+    :data:`NOT_RUN` or, for a program loaded from the directory, its outputs on this call.
+
+    A loaded program is run on the call at once and waited for: one that fails to run
+    (XLA's ``Function ... not found``: an executable stored without all its kernels) is
+    removed, counted in :data:`stats`, compiled again and stored anew. Otherwise the program
+    is lowered, compiled and (if that took :data:`MIN_SECONDS`) stored. ``(None, NOT_RUN)``
+    when no key can be made (:class:`Unkeyable`, counted in :data:`stats`)."""
     try:
         key = program_key(program, statics, treedef, shapes)
     except Unkeyable as why:
         stats["bypassed"] += 1
         stats["reasons"][str(why)] += 1
-        return jitted
+        return None, NOT_RUN
     found = load(key, program[-1])
     if found is not None:
-        stats["loaded"] += 1
-        return found
+        try:
+            outputs = jax.block_until_ready(found(*dyn_args, **dyn_kwargs))
+        except jax.errors.JaxRuntimeError as err:
+            stats["reasons"][f"stored program failed to run: {err}"[:160]] += 1
+            discard(key)
+        else:
+            stats["loaded"] += 1
+            return found, outputs
     start = time.perf_counter()
     _HITS.count = 0
     with _outside_jax_cache():
@@ -588,7 +628,15 @@ def compiled_program(jitted, program, statics, treedef, shapes, args, kwargs):
     elif time.perf_counter() - start >= MIN_SECONDS:
         with _LOCK:
             store(key, compiled)
-    return compiled
+    return compiled, NOT_RUN
+
+
+def discard(key: str) -> None:
+    """Remove the stored program ``key`` (if another process has not already)."""
+    try:
+        os.remove(directory() / key)
+    except OSError:
+        pass
 
 
 def _outside_jax_cache():

@@ -129,9 +129,56 @@ def test_a_second_process_loads_every_program_and_gets_the_same_numbers(tmp_path
     for entry in entries:
         entry.write_bytes(b"not a program")
     damaged = _job(tmp_path / "cache", tmp_path / "damaged.npy")
-    assert damaged[0] == 0 and damaged[2] > 0
+    assert damaged[0] == 0 and damaged[2] > 0 and damaged[1] == cold[1]     # replaced
     np.testing.assert_array_equal(damaged[4], cold[4])
+    mended = _job(tmp_path / "cache", tmp_path / "mended.npy")
+    assert mended[0] == warm[0] and mended[2] == 0
+    np.testing.assert_array_equal(mended[4], cold[4])
     # switched off: nothing loaded or stored, the same numbers
     off = _job(tmp_path / "cache", tmp_path / "off.npy", {pc.DISABLE_ENV: "1"})
     assert off[:2] == (0, 0)
     np.testing.assert_array_equal(off[4], cold[4])
+
+
+def test_a_stored_program_that_fails_to_run_is_compiled_again(tmp_path, monkeypatch):
+    """A loaded program's first run is checked: one that fails (jaxlib's ``Function ...
+    not found``, an executable stored without a kernel) is removed, compiled again, stored
+    anew, and the call returns the right numbers."""
+    from approxcv.engine import fold_newton
+    chol = np.linalg.cholesky(np.array([[4.0, 1.0], [1.0, 3.0]]))
+    r = np.array([1.0, -2.0])
+    expected = np.linalg.solve(chol @ chol.T, r)
+    monkeypatch.setattr(pc, "MIN_SECONDS", 0.0)
+    pc.use_directory(tmp_path)
+    try:
+        pc.clear()
+        np.testing.assert_allclose(fold_newton._chord_direction(chol, r), expected, rtol=1e-12)
+        (entry,) = tmp_path.iterdir()
+        written = entry.stat().st_mtime_ns
+        pc.clear()
+        original = jax.stages.Compiled.__call__
+        failures = []
+
+        def fails_once(self, *args, **kwargs):
+            if not failures:
+                failures.append(self)
+                raise jax.errors.JaxRuntimeError(
+                    "NOT_FOUND: Function select_select_fusion not found (type id: 1)")
+            return original(self, *args, **kwargs)
+        monkeypatch.setattr(jax.stages.Compiled, "__call__", fails_once)
+        before = dict(pc.stats["reasons"])
+        np.testing.assert_allclose(fold_newton._chord_direction(chol, r), expected, rtol=1e-12)
+        assert failures
+        failed = [k for k, v in pc.stats["reasons"].items()
+                  if k.startswith("stored program failed to run") and v > before.get(k, 0)]
+        assert failed and "select_select_fusion" in failed[0]
+        (again,) = tmp_path.iterdir()
+        assert again.stat().st_mtime_ns != written or again.name != entry.name  # stored anew
+        monkeypatch.setattr(jax.stages.Compiled, "__call__", original)
+        pc.clear()
+        loaded = pc.stats["loaded"]
+        np.testing.assert_allclose(fold_newton._chord_direction(chol, r), expected, rtol=1e-12)
+        assert pc.stats["loaded"] == loaded + 1
+    finally:
+        pc.use_directory(None)
+        pc.clear()
