@@ -407,14 +407,16 @@ def _setting(h, where: str, value, module: str) -> None:
 # ------------------------------------------------------------------------------- the keys
 
 def avals(leaves) -> tuple:
-    """``(shape, dtype, weak)`` of each dynamic argument (Python scalars by type)."""
+    """``(shape, dtype, weak)`` of each dynamic argument (Python scalars by type). A NumPy
+    scalar is an array (``np.float64`` is also a Python ``float``, but JAX gives it the
+    strong type of a 0-d array: the same program as a ``jax.Array`` of its dtype)."""
     out = []
     for leaf in leaves:
-        if isinstance(leaf, (bool, int, float, complex)):
-            out.append(type(leaf).__name__)
-        elif hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
             out.append((tuple(leaf.shape), str(leaf.dtype),
                         bool(getattr(leaf, "weak_type", False))))
+        elif isinstance(leaf, (bool, int, float, complex)):
+            out.append(type(leaf).__name__)
         else:
             raise Unkeyable(f"a {type(leaf).__name__} argument")
     return tuple(out)

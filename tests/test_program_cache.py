@@ -182,3 +182,12 @@ def test_a_stored_program_that_fails_to_run_is_compiled_again(tmp_path, monkeypa
     finally:
         pc.use_directory(None)
         pc.clear()
+
+
+def test_a_numpy_scalar_has_the_key_of_the_array_jax_makes_of_it():
+    """``np.float64`` is a Python ``float`` too, but JAX traces it as a strongly typed 0-d
+    array: a loop that feeds a program's outputs back in (lambda tuning's Newton steps)
+    calls one program, under one key, not two."""
+    assert pc.avals([np.float64(1.5)]) == pc.avals([jnp.zeros((), jnp.float64)])
+    assert pc.avals([1.5]) != pc.avals([np.float64(1.5)])      # a Python float is weak
+    assert pc.avals([np.int64(2)]) == pc.avals([jnp.zeros((), jnp.int64)])
