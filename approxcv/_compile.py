@@ -182,16 +182,26 @@ def _cached_call(programs, jitted, unmarked, split, program, args, kwargs):
         with _program_cache.program_lock((id(programs), table_key)):
             found = programs.get(table_key)
             if found is None:
-                ready, outputs = _program_cache.compiled_program(
-                    jitted, program, statics, treedef, table_key[-1], args, kwargs,
-                    dyn_args, dyn_kwargs)
+                ready, unchecked = _program_cache.compiled_program(
+                    jitted, program, statics, treedef, table_key[-1], args, kwargs)
                 if ready is None:                        # no key: JAX's jit and its cache
                     ready = unmarked()[0]
                 full = not isinstance(ready, jax.stages.Compiled)  # a jit takes statics too
-                found = programs[table_key] = (ready, full)
-                if outputs is not _program_cache.NOT_RUN:  # a loaded program's checked run
-                    return outputs
-    ready, full = found
+                found = programs[table_key] = (ready, full, unchecked)
+    ready, full, unchecked = found
+    if unchecked is None:
+        return ready(*args, **kwargs) if full else ready(*dyn_args, **dyn_kwargs)
+    # a loaded program until one call has run it: each call waits for its outputs, and one
+    # that fails to run is compiled again (_program_cache.checked_run)
+    outputs = _program_cache.checked_run(ready, unchecked, dyn_args, dyn_kwargs)
+    if outputs is not _program_cache.NOT_RUN:
+        programs[table_key] = (ready, full, None)
+        return outputs
+    with _program_cache.program_lock((id(programs), table_key)):
+        if programs.get(table_key) is found:
+            programs[table_key] = (_program_cache.compile_and_store(jitted, unchecked, args,
+                                                                    kwargs), False, None)
+        ready, full, _ = programs[table_key]
     return ready(*args, **kwargs) if full else ready(*dyn_args, **dyn_kwargs)
 
 

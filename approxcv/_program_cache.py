@@ -38,7 +38,7 @@ is compiled again and replaced); the directory is kept under :data:`MAX_BYTES` b
 the least recently written entries. :data:`stats` counts loads, stores, compiles and
 bypasses (with reasons) in this process.
 
-A loaded program's first call in a process is waited for, and one that fails to run is
+A loaded program's calls are waited for until one has run it, and one that fails to run is
 removed, compiled again and stored anew (counted in :data:`stats`). jaxlib 0.9.2 can write a
 CPU executable without all its kernels (``Function select_select_fusion not found`` when
 run: seen once in a test run that shared the directory between two processes, not
@@ -586,38 +586,30 @@ def _entries(directory: Path) -> list:
     return out
 
 
-#: what :func:`compiled_program` returns as outputs when it did not run the program
-NOT_RUN = object()
-
-
-def compiled_program(jitted, program, statics, treedef, shapes, args, kwargs,
-                     dyn_args, dyn_kwargs):
-    """``(program, outputs)``: the compiled program of ``jitted`` for the call ``(args,
+def compiled_program(jitted, program, statics, treedef, shapes, args, kwargs):
+    """``(program, key)``: the compiled program of ``jitted`` for the call ``(args,
     kwargs)`` (its static values ``statics``, the pytree definition ``treedef`` and
-    :func:`avals` ``shapes`` of its other arguments ``(dyn_args, dyn_kwargs)``), and
-    :data:`NOT_RUN` or, for a program loaded from the directory, its outputs on this call.
-
-    A loaded program is run on the call at once and waited for: one that fails to run
-    (XLA's ``Function ... not found``: an executable stored without all its kernels) is
-    removed, counted in :data:`stats`, compiled again and stored anew. Otherwise the program
-    is lowered, compiled and (if that took :data:`MIN_SECONDS`) stored. ``(None, NOT_RUN)``
-    when no key can be made (:class:`Unkeyable`, counted in :data:`stats`)."""
+    :func:`avals` ``shapes`` of its other arguments), and the key of a program loaded from
+    the directory (its first run is to be checked, :func:`checked_run`) or ``None``. A
+    program not found is lowered, compiled and stored (:func:`compile_and_store`).
+    ``(None, None)`` when no key can be made (:class:`Unkeyable`, counted in
+    :data:`stats`)."""
     try:
         key = program_key(program, statics, treedef, shapes)
     except Unkeyable as why:
         stats["bypassed"] += 1
         stats["reasons"][str(why)] += 1
-        return None, NOT_RUN
+        return None, None
     found = load(key, program[-1])
     if found is not None:
-        try:
-            outputs = jax.block_until_ready(found(*dyn_args, **dyn_kwargs))
-        except jax.errors.JaxRuntimeError as err:
-            stats["reasons"][f"stored program failed to run: {err}"[:160]] += 1
-            discard(key)
-        else:
-            stats["loaded"] += 1
-            return found, outputs
+        stats["loaded"] += 1
+        return found, key
+    return compile_and_store(jitted, key, args, kwargs), None
+
+
+def compile_and_store(jitted, key: str, args, kwargs):
+    """``jitted`` lowered and compiled for the call ``(args, kwargs)``, outside JAX's cache,
+    and stored under ``key`` if that took :data:`MIN_SECONDS`."""
     start = time.perf_counter()
     _HITS.count = 0
     with _outside_jax_cache():
@@ -630,7 +622,24 @@ def compiled_program(jitted, program, statics, treedef, shapes, args, kwargs,
     elif time.perf_counter() - start >= MIN_SECONDS:
         with _LOCK:
             store(key, compiled)
-    return compiled, NOT_RUN
+    return compiled
+
+
+#: what :func:`checked_run` returns for a program that failed to run
+NOT_RUN = object()
+
+
+def checked_run(loaded, key: str, args, kwargs):
+    """The outputs of the loaded program ``loaded`` (stored under ``key``) on ``(args,
+    kwargs)``, waited for; :data:`NOT_RUN` when it fails to run (XLA's ``Function ... not
+    found``: an executable stored without all its kernels), the entry then removed and the
+    failure counted in :data:`stats` (the caller compiles it again)."""
+    try:
+        return jax.block_until_ready(loaded(*args, **kwargs))
+    except jax.errors.JaxRuntimeError as err:
+        stats["reasons"][f"stored program failed to run: {err}"[:160]] += 1
+        discard(key)
+        return NOT_RUN
 
 
 def discard(key: str) -> None:
