@@ -82,7 +82,7 @@ __all__ = ["use_directory", "directory", "active", "paused", "fingerprint", "Unk
 DISABLE_ENV = "APPROXCV_NO_PROGRAM_CACHE"
 #: programs whose trace + lower + compile took less are not stored (a load costs a file
 #: read and a few milliseconds)
-MIN_SECONDS = 0.03
+MIN_SECONDS = 0.01
 #: size limit of the directory (least recently written entries removed beyond it)
 MAX_BYTES = 2 ** 30
 #: arrays held by value in a key (closures, static arguments) have at most this many

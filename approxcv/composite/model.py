@@ -214,7 +214,9 @@ class SCLModel(Model):
                  if method == "bfgs" else
                  batched_minimize(problem.fun, problem.scale, self.max_steps, newton_steps,
                                   method))
-        res = solve(jnp.asarray(problem.u_full)[None], jnp.ones((1, n)), data)
+        # NumPy outside the program: eager JAX operations would each compile a small one
+        res = solve(np.asarray(problem.u_full)[None], np.ones((1, n)), data)
+        res = type(res)(*(np.asarray(r) for r in res))
         u = np.asarray(res.u[0])
         self.fit_result_ = {"objective": float(res.value[0]),
                             "grad_norm": float(res.grad_norm[0]),

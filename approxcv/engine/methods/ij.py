@@ -82,7 +82,7 @@ def ij(problem, folds, options):
         batch = int(max(1, min(len(folds), 2 ** 22 // max(dim * index.shape[1], 1))))
         params, fold_grad = jax.block_until_ready(ij_params(
             factor.chol, jnp.asarray(jac), problem.u_full, batch,
-            jnp.asarray(index, jnp.int32 if problem.n_units < 2 ** 31 else index.dtype)))
+            np.asarray(index, np.int32 if problem.n_units < 2 ** 31 else index.dtype)))
         diagnostics["hessian_diagonal"] = float(options.hessian_diagonal)
         diagnostics["fold_gradient_norm"] = np.asarray(fold_grad)
         diagnostics["unreliable"] = {"hessian_not_pd": np.full(len(folds), not factor.reliable)}

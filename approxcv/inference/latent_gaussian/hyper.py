@@ -68,7 +68,8 @@ def fit_map(X, y, lik, inference: str, theta0, prior_sd, damping: float,
     fun = map_objective(lik, inference, prior_sd, damping)
     n = int(y.shape[0])
     solve = batched_minimize(fun, float(n), max_steps, 0, "bfgs")
-    res = solve(jnp.asarray(theta0)[None], jnp.ones((1, n)), (X, y))
+    # NumPy inputs: eager JAX operations would each compile a small program
+    res = solve(np.asarray(theta0, np.float64)[None], np.ones((1, n)), (X, y))
     res = type(res)(*(np.asarray(r)[0] for r in res))
     if not np.isfinite(res.value):
         raise FitError("type-II MAP reached no finite log marginal likelihood; rescale `X` "

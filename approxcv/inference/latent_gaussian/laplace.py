@@ -72,11 +72,11 @@ __all__ = ["LaplaceState", "site_derivatives", "laplace_mode", "posterior_varian
            "JITTER_LADDER"]
 
 #: damping ladder: step fractions tried per Newton iteration (log-concave likelihoods)
-_STEPS = 0.5 ** jnp.arange(10)
+_STEPS = 0.5 ** np.arange(10)
 #: the relative gradient size below which a mode counts as found
 GRAD_TOL = 1e-5
 #: jitters tried, relative to the mean of ``diag K``, when ``K`` has no Cholesky factor
-JITTER_LADDER = 10.0 ** jnp.arange(-12, -1)
+JITTER_LADDER = 10.0 ** np.arange(-12, -1)
 
 
 def jittered_kernel(K):

@@ -96,9 +96,11 @@ def cold_start(n: int, inference: str):
     return jnp.zeros(n) if inference == "laplace" else jnp.zeros((2, n))
 
 
+@functools.partial(jit, static_argnames=("lik", "inference", "damping", "eta"))
 def posteriors_at(points, X, y, lik, inference, damping, weights=None, eta: float = 1.0):
     """The :class:`Posterior` at every row of ``points (S, p)`` (stacked along a leading
-    axis), each from a cold start."""
+    axis), each from a cold start. One compiled program (an eager ``vmap`` would compile
+    the batched :func:`latent_posterior` outside approxcv's options and program cache)."""
     n = y.shape[0]
     weights = jnp.ones(n) if weights is None else weights
     warm = cold_start(n, inference)

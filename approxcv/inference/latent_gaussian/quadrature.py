@@ -34,7 +34,7 @@ N_NODES = 48
 #: Newton steps that locate the tilted mode
 MODE_STEPS = 12
 #: step fractions of the mode search's line search
-_LADDER = 0.5 ** jnp.arange(30)
+_LADDER = 0.5 ** np.arange(30)
 #: trapezoid nodes for likelihoods that are not log-concave
 GRID_POINTS = 801
 

@@ -205,9 +205,11 @@ class LinearChainCRF(Model):
                 x[r, :lengths[i]], y[r, :lengths[i]], mask[r, :lengths[i]] = feats[i], labs[i], 1
                 token[r, :lengths[i]] = offsets[i] + np.arange(lengths[i])
             buckets.append(CRFBucket(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask),
-                                     jnp.asarray(idx, dtype=jnp.int32), jnp.asarray(token)))
-        return CRFData(tuple(buckets), jnp.asarray(lengths, dtype=jnp.int32),
-                       jnp.asarray(np.repeat(np.arange(len(lengths)), lengths), dtype=jnp.int32))
+                                     jnp.asarray(np.asarray(idx, np.int32)),
+                                     jnp.asarray(token)))
+        # int32 by NumPy: jnp.asarray(..., dtype=) compiles a conversion program
+        return CRFData(tuple(buckets), jnp.asarray(np.asarray(lengths, np.int32)),
+                       jnp.asarray(np.repeat(np.arange(len(lengths)), lengths).astype(np.int32)))
 
     def objective_scale(self, data: CRFData) -> float:
         """Number of labels (normalises optimiser tolerances)."""
@@ -339,8 +341,10 @@ class LinearChainCRF(Model):
         dense = dim <= DENSE_FIT_MAX_DIM
         solve = batched_minimize(problem.fun, problem.scale, self.max_steps, 2 if dense else 0,
                                  "bfgs" if dense else "lbfgs")
-        res = solve(problem.u_full[None], jnp.ones((1, n)), problem.data)
-        u = np.asarray(res.u[0])
+        # NumPy outside the program: eager JAX operations would each compile a small one
+        res = solve(np.asarray(problem.u_full)[None], np.ones((1, n)), problem.data)
+        res = type(res)(*(np.asarray(r) for r in res))
+        u = res.u[0]
         info = {"objective": float(res.value[0]), "grad_norm": float(res.grad_norm[0]),
                 "converged": bool(res.converged[0]), "num_steps": int(res.num_steps[0])}
         self.fit_result_ = info

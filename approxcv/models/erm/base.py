@@ -367,11 +367,13 @@ class ERM(Model):
         """
         design = self.design(data)
         n, dim = design.shape
-        u0 = jnp.zeros(dim) if u0 is None else jnp.asarray(u0, jnp.float64)
-        w = jnp.ones(n) if weights is None else jnp.asarray(weights, jnp.float64)
+        # NumPy outside the program: eager JAX operations would each compile a small one
+        u0 = np.zeros(dim) if u0 is None else np.asarray(u0, np.float64)
+        w = np.ones(n) if weights is None else np.asarray(weights, np.float64)
         fun = _flat_objective(self.loss, self.penalty)
         args = (design, data.y, jnp.asarray(lam, jnp.float64), self.penalty_aux())
         res = batched_minimize(fun, float(n), self.max_steps, 4)(u0[None], w[None], args)
+        res = type(res)(*(np.asarray(r) for r in res))
         u = res.u[0]
         info = {"objective": float(res.value[0]), "grad_norm": float(res.grad_norm[0]),
                 "converged": bool(res.converged[0]), "num_steps": int(res.num_steps[0])}

@@ -265,8 +265,8 @@ class HiddenPotts(Model):
 
     def field_potentials(self):
         """``(unary (n, K) zeros, pairwise (K, K) = beta * I)`` of the latent Potts field."""
-        k = self.n_states
-        return jnp.zeros((self.n_sites, k)), self.beta * jnp.eye(k)
+        k = self.n_states       # NumPy: eager JAX operations would each compile a program
+        return np.zeros((self.n_sites, k)), self.beta * np.eye(k)
 
     def field_log_normalizer(self) -> float:
         """``log Z(beta)`` of the latent field with every site kept (scheme A's normaliser,
@@ -276,7 +276,7 @@ class HiddenPotts(Model):
             with jax.ensure_compile_time_eval():      # a constant even inside a trace
                 unary, pair = self.field_potentials()
                 self._field_log_z = float(elimination.log_partition(
-                    self.plan_, unary, jnp.broadcast_to(pair, (len(self.edges),) + pair.shape)))
+                    self.plan_, unary, np.broadcast_to(pair, (len(self.edges),) + pair.shape)))
         return self._field_log_z
 
     def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
