@@ -64,12 +64,15 @@ def compiler_options(platform: str = "cpu", fast: bool = False,
         options.update(FAST_COMPILE_OPTIONS)
     if marked:
         options.update(_program_cache.MARK)
+    if _program_cache.options_known(options):      # checked by an earlier process
+        return options
     try:
         jax.jit(lambda x: x, compiler_options=options).lower(0.0).compile()
     except Exception:  # noqa: BLE001  (an XLA without the option: use its defaults)
         if marked:      # without the mark (a program JAX's cache hands back is not stored)
             return compiler_options(platform, fast)
         return compiler_options(platform) if fast else None
+    _program_cache.record_options(options)
     return options
 
 

@@ -642,6 +642,35 @@ def checked_run(loaded, key: str, args, kwargs):
         return NOT_RUN
 
 
+def options_known(options: dict) -> bool:
+    """Whether a process with this Python, JAX, jaxlib and ``XLA_FLAGS`` has already compiled
+    a program with the XLA ``options`` (:func:`record_options`): approxcv's check that XLA
+    knows its options (:func:`approxcv._compile.compiler_options`, a small compile of
+    0.02-0.1 s in every process) is then skipped."""
+    path = _options_path(options)
+    return path is not None and path.exists()
+
+
+def record_options(options: dict) -> None:
+    """Record that this XLA compiles with ``options`` (an empty file in the directory)."""
+    path = _options_path(options)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError:
+        pass
+
+
+def _options_path(options: dict) -> Path | None:
+    if not active():
+        return None
+    text = "|".join([SCHEMA, _versions(), os.environ.get("XLA_FLAGS", ""),
+                     jax.default_backend(), repr(sorted(options.items()))])
+    return directory() / ("options-" + hashlib.sha256(text.encode()).hexdigest()[:32])
+
+
 def discard(key: str) -> None:
     """Remove the stored program ``key`` (if another process has not already)."""
     try:

@@ -140,6 +140,11 @@ def test_a_second_process_loads_every_program_and_gets_the_same_numbers(tmp_path
     np.testing.assert_array_equal(off[4], cold[4])
 
 
+def _programs(folder):
+    """The stored programs in ``folder`` (not the records of checked XLA options)."""
+    return [p for p in folder.iterdir() if not p.name.startswith("options-")]
+
+
 def test_a_stored_program_that_fails_to_run_is_compiled_again(tmp_path, monkeypatch):
     """A loaded program's first run is checked: one that fails (jaxlib's ``Function ...
     not found``, an executable stored without a kernel) is removed, compiled again, stored
@@ -153,7 +158,7 @@ def test_a_stored_program_that_fails_to_run_is_compiled_again(tmp_path, monkeypa
     try:
         pc.clear()
         np.testing.assert_allclose(fold_newton._chord_direction(chol, r), expected, rtol=1e-12)
-        (entry,) = tmp_path.iterdir()
+        (entry,) = _programs(tmp_path)
         written = entry.stat().st_mtime_ns
         pc.clear()
         original = jax.stages.Compiled.__call__
@@ -172,7 +177,7 @@ def test_a_stored_program_that_fails_to_run_is_compiled_again(tmp_path, monkeypa
         failed = [k for k, v in pc.stats["reasons"].items()
                   if k.startswith("stored program failed to run") and v > before.get(k, 0)]
         assert failed and "select_select_fusion" in failed[0]
-        (again,) = tmp_path.iterdir()
+        (again,) = _programs(tmp_path)
         assert again.stat().st_mtime_ns != written or again.name != entry.name  # stored anew
         monkeypatch.setattr(jax.stages.Compiled, "__call__", original)
         pc.clear()
@@ -191,3 +196,25 @@ def test_a_numpy_scalar_has_the_key_of_the_array_jax_makes_of_it():
     assert pc.avals([np.float64(1.5)]) == pc.avals([jnp.zeros((), jnp.float64)])
     assert pc.avals([1.5]) != pc.avals([np.float64(1.5)])      # a Python float is weak
     assert pc.avals([np.int64(2)]) == pc.avals([jnp.zeros((), jnp.int64)])
+
+
+def test_a_later_process_skips_the_check_of_the_xla_options(tmp_path, monkeypatch):
+    """The check that XLA knows approxcv's compile options (a small compile) runs once per
+    environment; later processes read its record."""
+    from approxcv import _compile
+    options = {"xla_cpu_use_fusion_emitters": False, **pc.MARK}
+    pc.use_directory(tmp_path)
+    try:
+        assert not pc.options_known(options)
+        pc.record_options(options)
+        assert pc.options_known(options)
+        assert not pc.options_known({**options, "xla_backend_optimization_level": 0})
+        probes, real_jit = [], jax.jit
+        monkeypatch.setattr(_compile.jax, "jit",
+                            lambda *a, **k: probes.append(k) or real_jit(*a, **k))
+        _compile.compiler_options.cache_clear()
+        assert _compile.compiler_options("cpu", False, True) == options
+        assert probes == []                              # no probe compiled
+    finally:
+        _compile.compiler_options.cache_clear()
+        pc.use_directory(None)
