@@ -83,7 +83,11 @@ def test_programs_with_host_callbacks_are_not_stored():
 
 
 SMALL_JOB = """
+import jax, jax.monitoring
 import numpy as np
+compiles = []          # programs XLA compiled (or JAX's cache loaded) in this process
+jax.monitoring.register_event_duration_secs_listener(
+    lambda e, d, **k: compiles.append(e) if e.endswith("backend_compile_duration") else None)
 import approxcv as acv
 from approxcv import _program_cache
 _program_cache.MIN_SECONDS = 0
@@ -93,7 +97,8 @@ params = model.fit(x)
 folds = acv.folds.iid(len(x), frac=0.1, n_folds=12, seed=0)
 ij = acv.cross_validate(model, x, folds, method="ij", params=params, progress=False)
 s = _program_cache.stats
-print(s["loaded"], s["stored"], s["compiled"], s["bypassed"], dict(s["reasons"]))
+print(s["loaded"], s["stored"], s["compiled"], s["bypassed"], len(compiles),
+      dict(s["reasons"]))
 np.save("{out}", np.asarray(ij.fold_loss))
 """
 
@@ -111,8 +116,8 @@ def _job(cache, out, extra_env=None):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == "", proc.stderr[-3000:]
-    loaded, stored, compiled, bypassed = (int(v) for v in proc.stdout.split()[:4])
-    return loaded, stored, compiled, bypassed, np.load(out)
+    loaded, stored, compiled, bypassed, xla = (int(v) for v in proc.stdout.split()[:5])
+    return loaded, stored, compiled, bypassed, np.load(out), xla
 
 
 def test_a_second_process_loads_every_program_and_gets_the_same_numbers(tmp_path):
@@ -122,6 +127,9 @@ def test_a_second_process_loads_every_program_and_gets_the_same_numbers(tmp_path
     assert loaded == 0 and stored > 0 and bypassed == 0
     loaded, stored, compiled, bypassed = warm[:4]
     assert loaded > 0 and compiled == 0 and stored == 0 and bypassed == 0
+    # nothing else compiled either: no eager JAX operation on the path, and the check of
+    # approxcv's XLA options read from the first process's record
+    assert warm[5] == 0 < cold[5]
     np.testing.assert_array_equal(warm[4], cold[4])          # the same programs, bit for bit
     entries = list((tmp_path / "cache").glob("*/programs/*"))
     assert entries
