@@ -75,8 +75,8 @@ def full_derivatives(problem, options, with_jacobian: bool):
             batch_size=options.structure_batch_size, with_jacobian=with_jacobian,
             executor=options.executor, progress=options.progress)
     if chunk < dim:     # all D tangents of one sweep would not fit: chunks of them
-        out = chunked_derivatives(problem.fun, jax.numpy.asarray(problem.u_full),
-                                  jax.numpy.ones(problem.n_units), problem.data,
+        out = chunked_derivatives(problem.fun, np.asarray(problem.u_full),
+                                  np.ones(problem.n_units), problem.data,
                                   with_jacobian, chunk)
         return jax.block_until_ready(out)
     jacobian = with_jacobian or polish_jacobian(dim, problem.n_units)

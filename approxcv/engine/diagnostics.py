@@ -5,7 +5,6 @@ import time
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..optim.precondition import PRECONDITION_EIG_FLOOR
@@ -192,11 +191,11 @@ def fit_state(problem, options, strict: bool = True, with_hessian: bool = False)
                 raise
             out = indefinite_diagnostics(grad, hess, problem.u_full, warn=options.warn)
     else:
-        nothing_out = jnp.full((1, 1), problem.n_units)   # the full-data Newton step
+        nothing_out = np.full((1, 1), problem.n_units)    # the full-data Newton step
         full, cg = jax.block_until_ready(newton_params_cg(
             problem.fun, problem.u_full, nothing_out, problem.data, problem.n_units,
             options.cg_rtol, options.cg_max_steps, 1, False))
-        grad = gradient(problem.fun, problem.u_full, jnp.ones(problem.n_units), problem.data)
+        grad = gradient(problem.fun, problem.u_full, np.ones(problem.n_units), problem.data)
         out = cg_diagnostics(grad, problem.u_full - full[0], cg, problem.u_full,
                              options.cg_rtol, options.cg_max_steps, warn=options.warn,
                              strict=strict)

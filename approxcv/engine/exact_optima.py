@@ -143,10 +143,9 @@ def full_objectives(problem, us) -> np.ndarray:
         return np.zeros(0)
     rows = max(MIN_OBJECTIVE_ROWS, 1 << (k - 1).bit_length())
     padded = np.concatenate([us, np.repeat(us[-1:], rows - k, axis=0)])
-    ones = jax.numpy.ones(problem.n_units)
+    ones = np.ones(problem.n_units)         # NumPy: an eager jnp.ones compiles a program
     batch = heldout_batch_size(problem.n_units, problem.data, rows)
-    return np.asarray(_full_objective(problem.fun, jax.numpy.asarray(padded), ones,
-                                      problem.data, batch))[:k]
+    return np.asarray(_full_objective(problem.fun, padded, ones, problem.data, batch))[:k]
 
 
 @partial(jit, static_argnums=(0, 5, 6))

@@ -244,8 +244,9 @@ class ElasticNet(ERM):
         """FISTA + exact polish on the support. Returns ``(u, info)``."""
         design = self.design(data)
         n, dim = design.shape
-        u0 = jnp.zeros(dim) if u0 is None else jnp.asarray(u0, jnp.float64)
-        w = jnp.ones(n) if weights is None else jnp.asarray(weights, jnp.float64)
+        # NumPy outside the program: eager JAX operations would each compile a small one
+        u0 = np.zeros(dim) if u0 is None else np.asarray(u0, np.float64)
+        w = np.ones(n) if weights is None else np.asarray(weights, np.float64)
         u, ok, rounds, value, kkt = _fit_and_check(
             design, data.y, w, jnp.asarray(lam, jnp.float64), u0, self.loss, self.penalty,
             self.fit_intercept, max(1, self.max_steps // CHUNK))

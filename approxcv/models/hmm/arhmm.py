@@ -44,6 +44,7 @@ convention as :class:`~approxcv.models.GaussianHMM`.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -59,12 +60,32 @@ from ._occupancy import check_occupancy
 from .._transforms import inverse_gamma_log_prior, normal_log_prior
 from .gaussian_hmm import _kmeans, lagged
 from .. import constraints as C
+from ..._compile import jit
 from ..._placement import placed
 from ...fitting import fit_method
 from .base import HMM, Sequences, check_array
 
 COVARIANCES = ("full", "diag")
 WEIGHT_PRIORS = ("matrix_normal", "isotropic")
+
+
+@partial(jit, static_argnums=0)
+def _in_data_units(model, params, loc, scale):
+    """``model._standardised(params, loc, scale, inverse=True)``: a start found on the
+    standardised data in the data's units, as one program (run eagerly, its few dozen
+    operations would each compile a small program of their own)."""
+    return model._standardised(params, loc, scale, inverse=True)
+
+
+def lagged_features(x: np.ndarray, order: int) -> np.ndarray:
+    """``(S, T, R p)`` lag features of every sequence of ``x (S, T, R)`` in NumPy, as
+    :meth:`ARHMM.features` gives one sequence's: ``[x_{t-1}; ...; x_{t-p}]``, zero before
+    the start (for host-side starts; the programs use :func:`lagged`)."""
+    n_seq, steps = x.shape[:2]
+    padded = np.concatenate([np.zeros((n_seq, order) + x.shape[2:], x.dtype), x], axis=1)
+    lags = [padded[:, order - l:order - l + steps] for l in range(1, order + 1)]
+    return (np.stack(lags, axis=2) if lags else np.zeros((n_seq, steps, 0) + x.shape[2:])
+            ).reshape(n_seq, steps, -1)
 
 
 class ARHMMParams(NamedTuple):
@@ -231,10 +252,12 @@ class AutoregressiveEmissions(HMM):
             solve = batched_minimize(obj.fun, scale, self.max_steps, newton, method)
 
             def one_by_one(u0s, weights):
+                # NumPy between the runs: eager JAX operations each compile a program
+                u0s, weights = np.asarray(u0s), np.asarray(weights)
                 runs = [solve(u[None], w[None], obj.data) for u, w in zip(u0s, weights)]
-                return jax.tree_util.tree_map(lambda *r: jnp.concatenate(r), *runs)
+                return jax.tree_util.tree_map(lambda *r: np.concatenate(r), *runs)
 
-            res = one_by_one(u0s, jnp.ones((len(starts), n)))
+            res = one_by_one(u0s, np.ones((len(starts), n)))
             best = self._best_start(res, f"{self.max_steps} optimiser steps",
                                     newton_steps=newton)
             return check_occupancy(self, self._perturbation_restarts(one_by_one, obj, best),
@@ -248,9 +271,11 @@ class AutoregressiveEmissions(HMM):
         depend on the data's units."""
         rng = np.random.default_rng(seed)
         mask = np.asarray(seqs.mask) > 0
-        loc, scale = (np.asarray(v) for v in loc_scale(with_data_scale(seqs), "initial_params"))
+        # NumPy throughout: eager JAX operations would each compile a small program
+        scaled = with_data_scale(seqs).data_scale
+        loc, scale = np.asarray(scaled.loc)[0], np.asarray(scaled.scale)[0]
         x = (np.asarray(seqs.x)[mask] - loc) / scale
-        s = ((np.asarray(jax.vmap(self.features)(seqs.x))[mask] - np.tile(loc, self.order))
+        s = ((lagged_features(np.asarray(seqs.x), self.order)[mask] - np.tile(loc, self.order))
              / np.tile(scale, self.order))
         k = self.n_states
         inits = []
@@ -259,10 +284,9 @@ class AutoregressiveEmissions(HMM):
             trans = np.full((k, k), 0.1 / max(k - 1, 1)) if k > 1 else np.ones((1, 1))
             np.fill_diagonal(trans, 0.9 if k > 1 else 1.0)
             means_params, resid = self._initial_means(x, s, labels, rng)
-            start = self._standardised(
-                self.params_type(np.full(k, 1.0 / k), trans, *means_params,
-                                 self._initial_trils(x, resid, labels)),
-                jnp.asarray(loc), jnp.asarray(scale), inverse=True)
+            start = _in_data_units(
+                self, self.params_type(np.full(k, 1.0 / k), trans, *means_params,
+                                       self._initial_trils(x, resid, labels)), loc, scale)
             inits.append(self.params_type(*[np.asarray(v) for v in start]))
         return inits
 
