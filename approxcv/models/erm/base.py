@@ -101,8 +101,11 @@ def weights_array(lam):
 
 
 @partial(jit, static_argnums=1)
-def design_matrix(X, fit_intercept: bool):
-    """``A = [X, 1]`` (``(n, p + 1)``) or ``X`` without intercept."""
+def design_matrix(X, fit_intercept: bool, column_mask=None):
+    """``A = [X, 1]`` (``(n, p + 1)``) or ``X`` without intercept; ``column_mask (p,)``:
+    ``X``'s columns multiplied by it first (in the program, not eagerly)."""
+    if column_mask is not None:
+        X = X * column_mask
     if not fit_intercept:
         return X
     return jnp.concatenate([X, jnp.ones((X.shape[0], 1), X.dtype)], axis=1)

@@ -133,7 +133,7 @@ class ElasticNetOnSupport(ERM):
 
     def design(self, data):
         """``[X_S, 1]`` in the full layout: off-support columns are zero."""
-        return design_matrix(data.X * jnp.asarray(self._on_support()), self.fit_intercept)
+        return design_matrix(data.X, self.fit_intercept, self._on_support())
 
     @property
     def penalty(self):
