@@ -205,8 +205,8 @@ def _terms(problem) -> GLMTerms:
 
 def glm_jacobian(problem):
     """``J = d2F/(du dw) = A^T diag(phi'(A u_1, y))`` ``(D, n)`` in closed form."""
-    terms = _terms(problem)
-    return (terms.design * terms.grad[:, None]).T
+    terms = _terms(problem)          # NumPy: eager, the product would compile programs
+    return (np.asarray(terms.design) * np.asarray(terms.grad)[:, None]).T
 
 
 def glm_newton_params(problem, folds, options):
