@@ -227,3 +227,15 @@ def test_load_basic_motions():
     np.testing.assert_allclose(z.std(0), 1, rtol=1e-12)
     data.sequences[0][:] = 0.0  # fresh copies
     assert acv.datasets.load_basic_motions().sequences[0][0, 0] != 0.0
+
+
+@pytest.mark.parametrize("order", [0, 1, 3])
+def test_host_lag_features_are_the_models_features(order):
+    """The starts' NumPy lag features (``lagged_features``) equal what the model's programs
+    use (``features``), for every autoregressive family."""
+    from approxcv.models.hmm.arhmm import lagged_features
+    x = np.random.default_rng(order).normal(size=(2, 9, 2))
+    for model in (acv.models.ARHMM(2, order=order),
+                  acv.models.NeuralARHMM(2, order=max(order, 1))):
+        expected = np.asarray(jax.vmap(model.features)(x))
+        np.testing.assert_array_equal(lagged_features(x, model.order), expected)
