@@ -110,6 +110,10 @@ stats = {"loaded": 0, "stored": 0, "compiled": 0, "bypassed": 0,
 #: usable: the platform allows it; paused: paused(); bytes: the directory's size as known
 _STATE = {"dir": None, "default": None, "usable": None, "paused": False, "bytes": None}
 _LOCK = threading.Lock()
+#: held while XLA deserializes an executable or compiles one for this cache: one at a time
+#: per process (a precaution: both failures of a loaded program seen so far, jaxlib 0.9.2's
+#: ``Function ... not found``, were in processes whose threads loaded programs at once)
+_XLA_LOCK = threading.Lock()
 
 
 class Unkeyable(Exception):
@@ -506,9 +510,11 @@ def _deserialize(blob: bytes, options: dict | None):
     _native_kernels()
     payload, in_tree, out_tree = pickle.loads(blob)
     backend = jax.devices()[0].client
-    unloaded, args_info_flat, no_kwargs = _Unpickler(io.BytesIO(payload), backend,
-                                                     options).load()
-    return jax.stages.Compiled(unloaded.load(), [], in_tree.unflatten(args_info_flat),
+    with _XLA_LOCK:
+        unloaded, args_info_flat, no_kwargs = _Unpickler(io.BytesIO(payload), backend,
+                                                         options).load()
+        executable = unloaded.load()
+    return jax.stages.Compiled(executable, [], in_tree.unflatten(args_info_flat),
                                out_tree, no_kwargs=no_kwargs)
 
 
@@ -613,7 +619,9 @@ def compile_and_store(jitted, key: str, args, kwargs):
     start = time.perf_counter()
     _HITS.count = 0
     with _outside_jax_cache():
-        compiled = jitted.lower(*args, **kwargs).compile()
+        lowered = jitted.lower(*args, **kwargs)     # traced outside the lock: a trace may
+        with _XLA_LOCK:                             # call (load, compile) other programs
+            compiled = lowered.compile()
     stats["compiled"] += 1
     if _HITS.count:
         # loaded from JAX's cache: such an executable does not serialize whole (jaxlib

@@ -55,13 +55,14 @@ def test_readme_example_writes_nothing_to_stderr_cold_or_warm(tmp_path):
     for proc in (cold, warm):
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert proc.stderr == "", proc.stderr[-3000:]
+    outputs = f"cold: {cold.stdout!r}, warm: {warm.stdout!r}"
     n_cold, where, loss_cold = cold.stdout.split()
     n_warm, _, loss_warm = warm.stdout.split()
     # on an AVX-512 CPU with an affected jaxlib too: the cache is on under the AVX2 cap
     assert Path(where).parent == tmp_path
     # the warm run did load cached programs (from JAX's cache or approxcv's program cache)
-    assert int(n_cold) == 0 and int(n_warm) > 0
-    assert float(loss_warm) == float(loss_cold)
+    assert int(n_cold) == 0 and int(n_warm) > 0, outputs
+    assert float(loss_warm) == float(loss_cold), outputs
 
 
 def test_cache_directory_is_per_cpu_and_movable(monkeypatch, tmp_path):
