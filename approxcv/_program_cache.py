@@ -45,7 +45,8 @@ run: seen once in a test run that shared the directory between two processes, no
 reproduced). The known cause is an executable that JAX's own cache handed back; programs
 compiled here are therefore kept out of JAX's cache (:func:`_outside_jax_cache`, and
 :data:`MARK`, which a bypassed call does not carry), and one JAX's cache returned during a
-compile is not stored.
+compile is not stored. As a precaution, XLA deserializes or compiles for this cache one
+program at a time per process (the failure was seen where two threads loaded at once).
 """
 from __future__ import annotations
 
