@@ -111,9 +111,9 @@ stats = {"loaded": 0, "stored": 0, "compiled": 0, "bypassed": 0,
 #: usable: the platform allows it; paused: paused(); bytes: the directory's size as known
 _STATE = {"dir": None, "default": None, "usable": None, "paused": False, "bytes": None}
 _LOCK = threading.Lock()
-#: held while XLA deserializes an executable or compiles one for this cache: one at a time
-#: per process (a precaution: both failures of a loaded program seen so far, jaxlib 0.9.2's
-#: ``Function ... not found``, were in processes whose threads loaded programs at once)
+#: held while XLA serializes, deserializes or compiles an executable for this cache: one at
+#: a time per process (a precaution: the one failure of a loaded program seen, jaxlib
+#: 0.9.2's ``Function ... not found``, was in a process whose threads loaded at once)
 _XLA_LOCK = threading.Lock()
 
 
@@ -529,7 +529,8 @@ def store(key: str, compiled) -> None:
         stats["reasons"][f"not stored: {why}"] += 1
         return
     try:
-        blob = pickle.dumps(_serialize(compiled))
+        with _XLA_LOCK:
+            blob = pickle.dumps(_serialize(compiled))
         folder.mkdir(parents=True, exist_ok=True)
         _make_room(folder, len(blob))
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
