@@ -97,7 +97,7 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
     compiled = {}
     # programs by (options, static arguments, argument shapes), through the persistent
     # program cache (approxcv._program_cache): (callable, whether it takes the static
-    # arguments too)
+    # arguments too, the key of a loaded program not yet run or None; _cached_call)
     programs = _program_cache.register_table({})
     split = _ArgumentSplit(fun, jit_kwargs)
 

@@ -365,8 +365,15 @@ def environment() -> str:
         raise Unkeyable("JAX's trace context names an object by address")
     settings = sorted((k, repr(v)) for k, v in jax.config.values.items()
                       if not any(s in k for s in _CACHE_SETTINGS))
-    return "|".join([SCHEMA, source_digest(), _versions(), os.environ.get("XLA_FLAGS", ""),
-                     jax.default_backend(), repr(settings), context])
+    return "|".join([_toolchain(), source_digest(), repr(settings), context])
+
+
+def _toolchain() -> str:
+    """The key's format, the versions of Python and the libraries, ``XLA_FLAGS`` and the
+    backend: what decides how XLA compiles and which options it knows (part of
+    :func:`environment`; the key of :func:`record_options`)."""
+    return "|".join([SCHEMA, _versions(), os.environ.get("XLA_FLAGS", ""),
+                     jax.default_backend()])
 
 
 def namespace_digest() -> str:
@@ -676,8 +683,7 @@ def record_options(options: dict) -> None:
 def _options_path(options: dict) -> Path | None:
     if not active():
         return None
-    text = "|".join([SCHEMA, _versions(), os.environ.get("XLA_FLAGS", ""),
-                     jax.default_backend(), repr(sorted(options.items()))])
+    text = _toolchain() + "|" + repr(sorted(options.items()))
     return directory() / ("options-" + hashlib.sha256(text.encode()).hexdigest()[:32])
 
 

@@ -19,7 +19,7 @@ from ._compile import host_workers
 from ._placement import carry_placement
 
 __all__ = ["best_start", "perturbation_restarts", "padded", "pad_rows", "rows_in_threads",
-           "fit_method", "MAX_PERTURB_ROUNDS"]
+           "single_run", "fit_method", "MAX_PERTURB_ROUNDS"]
 
 #: most rounds of :func:`perturbation_restarts`
 MAX_PERTURB_ROUNDS = 3
@@ -49,6 +49,17 @@ def padded(solve, rows: int, data, threads: bool = False):
         res = rows_in_threads(solve, args, data) if threads else solve(*args, data)
         return MinimizeResult(*(np.asarray(x)[:m] for x in res))
     return run
+
+
+def single_run(solve, u0, weights, data) -> tuple:
+    """``(u (D,), record)`` of one run of a batched optimiser ``solve(u0s, weights, data)``
+    from ``u0 (D,)`` with unit weights ``weights (n,)``: a batch of one through
+    :func:`padded`, NumPy in and out (eager JAX operations on the host would each compile a
+    small program); ``record``: the run's objective, gradient norm, convergence and steps."""
+    res = padded(solve, 1, data)(np.asarray(u0, np.float64)[None],
+                                 np.asarray(weights, np.float64)[None])
+    return res.u[0], {"objective": float(res.value[0]), "grad_norm": float(res.grad_norm[0]),
+                      "converged": bool(res.converged[0]), "num_steps": int(res.num_steps[0])}
 
 
 def rows_in_threads(solve, row_args, *shared, workers: int | None = None):

@@ -38,7 +38,7 @@ from .policy import Policy, draw_selection
 from ..problem import make_problem
 from ..optim.newton import value_and_derivatives
 from ..optim import batched_minimize
-from ..fitting import fit_method
+from ..fitting import fit_method, single_run
 
 __all__ = ["SCLModel", "SCLData", "SCLParams"]
 
@@ -214,14 +214,8 @@ class SCLModel(Model):
                  if method == "bfgs" else
                  batched_minimize(problem.fun, problem.scale, self.max_steps, newton_steps,
                                   method))
-        # NumPy outside the program: eager JAX operations would each compile a small one
-        res = solve(np.asarray(problem.u_full)[None], np.ones((1, n)), data)
-        res = type(res)(*(np.asarray(r) for r in res))
-        u = np.asarray(res.u[0])
-        self.fit_result_ = {"objective": float(res.value[0]),
-                            "grad_norm": float(res.grad_norm[0]),
-                            "converged": bool(res.converged[0]),
-                            "num_steps": int(res.num_steps[0]), "unidentified": []}
+        u, record = single_run(solve, problem.u_full, np.ones(n), data)
+        self.fit_result_ = {**record, "unidentified": []}
         if method == "bfgs" and np.all(np.isfinite(u)):     # dense: the Hessian is formed
             # the program of the polish, the IJ and the sandwich (compiled once)
             _, grad, hess, _ = value_and_derivatives(problem.fun, jnp.asarray(u),

@@ -51,6 +51,7 @@ from ..._validate import check_positive, check_positive_int
 from ...errors import (BadlyScaledDataError, ConvergenceWarning, FitError,
                        InvalidArgumentError, InvalidDataError)
 from ...inference import crf
+from ...fitting import single_run
 from ...optim import batched_minimize
 from .. import constraints as C
 from ..base import Model, check_weights, left_out
@@ -341,12 +342,7 @@ class LinearChainCRF(Model):
         dense = dim <= DENSE_FIT_MAX_DIM
         solve = batched_minimize(problem.fun, problem.scale, self.max_steps, 2 if dense else 0,
                                  "bfgs" if dense else "lbfgs")
-        # NumPy outside the program: eager JAX operations would each compile a small one
-        res = solve(np.asarray(problem.u_full)[None], np.ones((1, n)), problem.data)
-        res = type(res)(*(np.asarray(r) for r in res))
-        u = res.u[0]
-        info = {"objective": float(res.value[0]), "grad_norm": float(res.grad_norm[0]),
-                "converged": bool(res.converged[0]), "num_steps": int(res.num_steps[0])}
+        u, info = single_run(solve, problem.u_full, np.ones(n), problem.data)
         self.fit_result_ = info
         if not (np.isfinite(info["objective"]) and np.all(np.isfinite(u))):
             raise FitError(f"{type(self).__name__}.fit: the objective or parameters are not "

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..._validate import as_real_array, check_finite, check_positive_int
 from ..._compile import jit
+from ...fitting import single_run
 from ...optim import batched_minimize
 from .. import constraints as C
 from ..base import Model, check_weights, left_out
@@ -370,16 +371,11 @@ class ERM(Model):
         """
         design = self.design(data)
         n, dim = design.shape
-        # NumPy outside the program: eager JAX operations would each compile a small one
-        u0 = np.zeros(dim) if u0 is None else np.asarray(u0, np.float64)
-        w = np.ones(n) if weights is None else np.asarray(weights, np.float64)
         fun = _flat_objective(self.loss, self.penalty)
         args = (design, data.y, jnp.asarray(lam, jnp.float64), self.penalty_aux())
-        res = batched_minimize(fun, float(n), self.max_steps, 4)(u0[None], w[None], args)
-        res = type(res)(*(np.asarray(r) for r in res))
-        u = res.u[0]
-        info = {"objective": float(res.value[0]), "grad_norm": float(res.grad_norm[0]),
-                "converged": bool(res.converged[0]), "num_steps": int(res.num_steps[0])}
+        u, info = single_run(batched_minimize(fun, float(n), self.max_steps, 4),
+                             np.zeros(dim) if u0 is None else u0,
+                             np.ones(n) if weights is None else weights, args)
         self._check_fit(u, info)
         return u, info
 
