@@ -53,7 +53,7 @@ def padded(solve, rows: int, data, threads: bool = False):
 
 def single_run(solve, u0, weights, data) -> tuple:
     """``(u (D,), record)`` of one run of a batched optimiser ``solve(u0s, weights, data)``
-    from ``u0 (D,)`` with unit weights ``weights (n,)``: a batch of one through
+    from ``u0 (D,)`` with the weights ``weights (n,)``: a batch of one through
     :func:`padded`, NumPy in and out (eager JAX operations on the host would each compile a
     small program); ``record``: the run's objective, gradient norm, convergence and steps."""
     res = padded(solve, 1, data)(np.asarray(u0, np.float64)[None],

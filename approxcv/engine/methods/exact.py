@@ -216,8 +216,11 @@ def _fit_state(problem, options, solver):
     if problem.refit is not None:
         # the model's own solver (e.g. a non-smooth objective, whose gradient means
         # nothing): its stationarity measure at the fit, from one full-data solve there
-        fit = problem.refit(problem.u_full[None], jnp.ones((1, problem.n_units)), problem.data)
-        state = {"grad_norm": float(fit.grad_norm[0]), "fit_converged": bool(fit.converged[0]),
+        # (NumPy in and out: eager JAX operations would each compile a small program)
+        fit = problem.refit(np.asarray(problem.u_full)[None], np.ones((1, problem.n_units)),
+                            problem.data)
+        state = {"grad_norm": float(np.asarray(fit.grad_norm)[0]),
+                 "fit_converged": bool(np.asarray(fit.converged)[0]),
                  "stage_seconds": {}}
         return state, None
     state, hess = fit_state(problem, options, strict=False, with_hessian=True)
