@@ -1,5 +1,6 @@
 import contextlib
 import os
+from pathlib import Path
 
 # XLA's classic CPU emitters for every program of the test process, as approxcv's own
 # programs already use (approxcv/_compile.py), and JAX's "disable most optimizations"
@@ -26,7 +27,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import approxcv as acv  # noqa: E402
-from approxcv import _program_cache  # noqa: E402
+from approxcv import _compilation_cache, _program_cache  # noqa: E402
 from approxcv.optim.newton import value_and_derivatives  # noqa: E402
 
 
@@ -66,6 +67,24 @@ def _count_backend_compiles(event, seconds, **kwargs):
 
 
 jax.monitoring.register_event_duration_secs_listener(_count_backend_compiles)
+
+
+#: the repository root (a child process imports approxcv from it)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cache_child_env(cache, extra=None) -> dict:
+    """The environment of a child process that runs approxcv with its compilation and
+    program caches under ``cache``: this process's switches of both caches and its cache
+    directory dropped, the instruction-set cap left to the child to set, then ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (_compilation_cache.DISABLE_ENV, _program_cache.DISABLE_ENV,
+                        "TF_CPP_MIN_LOG_LEVEL", "JAX_COMPILATION_CACHE_DIR")}
+    env.update({_compilation_cache.DIR_ENV: str(cache), "PYTHONPATH": str(ROOT)})
+    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
+                                if not f.startswith(_compilation_cache.ISA_FLAG))
+    env.update(extra or {})
+    return env
 
 
 @contextlib.contextmanager

@@ -2,21 +2,19 @@
 or not at all, a second process loads instead of tracing, and what cannot be keyed or
 stored goes through ``jax.jit`` as before."""
 import functools
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from approxcv import _compilation_cache, _program_cache
+from approxcv import _program_cache
 from approxcv.engine.methods import ij as ij_module
 from approxcv.problem import flat_params
+from tests.conftest import cache_child_env
 
-ROOT = Path(__file__).resolve().parents[1]
 pc = _program_cache
 
 
@@ -104,13 +102,7 @@ np.save("{out}", np.asarray(ij.fold_loss))
 
 
 def _job(cache, out, extra_env=None):
-    env = {k: v for k, v in os.environ.items()
-           if k not in (_compilation_cache.DISABLE_ENV, pc.DISABLE_ENV,
-                        "TF_CPP_MIN_LOG_LEVEL", "JAX_COMPILATION_CACHE_DIR")}
-    env.update({_compilation_cache.DIR_ENV: str(cache), "PYTHONPATH": str(ROOT)})
-    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
-                                if not f.startswith(_compilation_cache.ISA_FLAG))
-    env.update(extra_env or {})
+    env = cache_child_env(cache, extra_env)
     proc = subprocess.run([sys.executable, "-W", "ignore", "-c", SMALL_JOB.format(out=out)],
                           env=env,
                           capture_output=True, text=True, timeout=600)

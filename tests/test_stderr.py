@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 from approxcv import _compilation_cache, _progress
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT, cache_child_env
 
 README_SMALL = """
 import jax, jax.monitoring
@@ -39,13 +38,7 @@ print(len(hits) + _program_cache.stats["loaded"], acv.compilation_cache_dir,
 
 
 def _run(cache, code=README_SMALL):
-    env = {k: v for k, v in os.environ.items()
-           if k not in (_compilation_cache.DISABLE_ENV, "TF_CPP_MIN_LOG_LEVEL",
-                        "JAX_COMPILATION_CACHE_DIR")}
-    env.update({_compilation_cache.DIR_ENV: str(cache), "PYTHONPATH": str(ROOT)})
-    # the instruction-set cap this process may have set is the child's own to set
-    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
-                                if not f.startswith(_compilation_cache.ISA_FLAG))
+    env = cache_child_env(cache)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=600)
 
