@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from .errors import ConvergenceWarning, FitError
-from .optim import MAX_DENSE_DIM, MinimizeResult
+from .optim import MAX_DENSE_DIM, MinimizeResult, single_start
 from ._compile import host_workers
 from ._placement import carry_placement
 
@@ -52,14 +52,12 @@ def padded(solve, rows: int, data, threads: bool = False):
 
 
 def single_run(solve, u0, weights, data) -> tuple:
-    """``(u (D,), record)`` of one run of a batched optimiser ``solve(u0s, weights, data)``
-    from ``u0 (D,)`` with the weights ``weights (n,)``: a batch of one through
-    :func:`padded`, NumPy in and out (eager JAX operations on the host would each compile a
-    small program); ``record``: the run's objective, gradient norm, convergence and steps."""
-    res = padded(solve, 1, data)(np.asarray(u0, np.float64)[None],
-                                 np.asarray(weights, np.float64)[None])
-    return res.u[0], {"objective": float(res.value[0]), "grad_norm": float(res.grad_norm[0]),
-                      "converged": bool(res.converged[0]), "num_steps": int(res.num_steps[0])}
+    """``(u (D,), record)`` of one run of a batched optimiser from ``u0 (D,)`` with the
+    weights ``weights (n,)`` (:func:`approxcv.optim.single_start`, NumPy in and out);
+    ``record``: the run's objective, gradient norm, convergence and steps."""
+    res = single_start(solve, u0, weights, data)
+    return res.u, {"objective": float(res.value), "grad_norm": float(res.grad_norm),
+                   "converged": bool(res.converged), "num_steps": int(res.num_steps)}
 
 
 def rows_in_threads(solve, row_args, *shared, workers: int | None = None):

@@ -7,8 +7,8 @@ approxcv minimises or factors a Hessian.
 from .newton import batched_newton_minimize, newton_minimize
 from .pd import (MAX_DENSE_DIM, NEGLIGIBLE_JITTER, HessianFactor, factor_hessian,
                  jittered_cholesky, solve)
-from .quasi_newton import MinimizeResult, batched_minimize, minimize
+from .quasi_newton import MinimizeResult, batched_minimize, minimize, single_start
 
-__all__ = ["minimize", "batched_minimize", "newton_minimize", "batched_newton_minimize",
-           "MinimizeResult", "HessianFactor", "factor_hessian", "jittered_cholesky", "solve",
-           "MAX_DENSE_DIM", "NEGLIGIBLE_JITTER"]
+__all__ = ["minimize", "batched_minimize", "single_start", "newton_minimize",
+           "batched_newton_minimize", "MinimizeResult", "HessianFactor", "factor_hessian",
+           "jittered_cholesky", "solve", "MAX_DENSE_DIM", "NEGLIGIBLE_JITTER"]

@@ -350,6 +350,15 @@ def batched_minimize(fun, scale: float, max_steps: int, newton_steps: int,
         scale=np.float64(scale))
 
 
+def single_start(solve, u0, weights, data) -> MinimizeResult:
+    """One run of a batched optimiser ``solve(u0s, weights, data)`` (:func:`batched_minimize`)
+    from ``u0 (D,)`` with ``weights (n,)``: a batch of one, NumPy in and out (eager JAX
+    operations on the host, ``u0[None]`` or ``res.u[0]``, would each compile a small
+    program in every process)."""
+    res = solve(np.asarray(u0, np.float64)[None], np.asarray(weights, np.float64)[None], data)
+    return MinimizeResult(*(np.asarray(x)[0] for x in res))
+
+
 @functools.lru_cache(maxsize=64)
 def _batched_program(fun, max_steps: int, newton_steps: int, method: str, rows: str,
                      hessian: str):

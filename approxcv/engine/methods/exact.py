@@ -52,7 +52,7 @@ from ...errors import (ConvergenceWarning, InvalidArgumentError, LocalOptimumWar
                        NoWorkersError)
 from ...executors import check_executor, run_batches
 from ...fitting import pad_rows
-from ...optim import batched_minimize, batched_newton_minimize
+from ...optim import batched_minimize, batched_newton_minimize, single_start
 from ...optim.precondition import hessian_preconditioner, preconditioned
 from ..checkpoint import Checkpoint, fingerprint, fold_digest
 from ..diagnostics import fit_state
@@ -216,11 +216,9 @@ def _fit_state(problem, options, solver):
     if problem.refit is not None:
         # the model's own solver (e.g. a non-smooth objective, whose gradient means
         # nothing): its stationarity measure at the fit, from one full-data solve there
-        # (NumPy in and out: eager JAX operations would each compile a small program)
-        fit = problem.refit(np.asarray(problem.u_full)[None], np.ones((1, problem.n_units)),
-                            problem.data)
-        state = {"grad_norm": float(np.asarray(fit.grad_norm)[0]),
-                 "fit_converged": bool(np.asarray(fit.converged)[0]),
+        fit = single_start(problem.refit, problem.u_full, np.ones(problem.n_units),
+                           problem.data)
+        state = {"grad_norm": float(fit.grad_norm), "fit_converged": bool(fit.converged),
                  "stage_seconds": {}}
         return state, None
     state, hess = fit_state(problem, options, strict=False, with_hessian=True)

@@ -28,7 +28,7 @@ import scipy.linalg
 
 from ..._compile import jit
 from ...errors import FitError
-from ...optim import batched_minimize
+from ...optim import batched_minimize, single_start
 from .posterior import log_marginal
 
 __all__ = ["map_objective", "fit_map", "ccd_design", "ccd_points", "log_prior"]
@@ -68,9 +68,7 @@ def fit_map(X, y, lik, inference: str, theta0, prior_sd, damping: float,
     fun = map_objective(lik, inference, prior_sd, damping)
     n = int(y.shape[0])
     solve = batched_minimize(fun, float(n), max_steps, 0, "bfgs")
-    # NumPy inputs: eager JAX operations would each compile a small program
-    res = solve(np.asarray(theta0, np.float64)[None], np.ones((1, n)), (X, y))
-    res = type(res)(*(np.asarray(r)[0] for r in res))
+    res = single_start(solve, theta0, np.ones(n), (X, y))
     if not np.isfinite(res.value):
         raise FitError("type-II MAP reached no finite log marginal likelihood; rescale `X` "
                        "or pass `theta0`")
