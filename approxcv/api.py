@@ -13,7 +13,7 @@ from ._sizes import length_bucket
 from ._validate import check_choice
 from .engine.audit import audit_folds
 from .engine.heldout import heldout_losses
-from .engine.diagnostics import record_unreliable, unreliable_causes
+from .engine.diagnostics import mark_fit_concerns, record_unreliable, unreliable_causes
 from .engine.error_estimate import estimate_errors, screened_estimate_errors
 from .engine.fingerprint import result_fingerprint
 from .engine.fold_buckets import bucketed, trim_per_fold
@@ -149,6 +149,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             params = model.fit(prepared, level)
             fit_seconds = time.perf_counter() - t
         params = model.check_params(params, prepared, level)
+        concerns = dict(getattr(model, "fit_concerns", lambda *a: {})(params, prepared, level))
         t_start = time.perf_counter()
         restarts = 0
         if refits:
@@ -226,6 +227,8 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         seconds = time.perf_counter() - t_start
         diagnostics["num_params"] = int(problem.u_full.shape[0])
         diagnostics["device"] = platform
+        if concerns:
+            mark_fit_concerns(diagnostics, concerns, len(folds), local)
         record_unreliable(diagnostics, fold_loss, folds, method, opts.warn)
         sizes = folds.sizes
         if np.all(sizes == points.shape[1]):     # folds of one size: rows, no copy

@@ -2,8 +2,21 @@
 
 Every error is a subclass of both :class:`ApproxCVError` and the built-in
 ``ValueError`` or ``TypeError`` it refines, so ``except ValueError`` keeps working.
-Messages name the offending argument.
+Messages name the offending argument. Warnings point at the user's line:
+:func:`user_stacklevel` is the ``stacklevel`` of the first caller outside approxcv.
 """
+import inspect
+
+
+def user_stacklevel() -> int:
+    """``stacklevel`` for a ``warnings.warn`` made by the function calling this one, such that
+    the warning points at the first frame outside the approxcv package (the user's call,
+    however deep inside approxcv — ``select`` calling ``cross_validate`` calling a method —
+    the warning was raised)."""
+    frame, level = inspect.currentframe().f_back, 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "approxcv":
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class ApproxCVError(Exception):

@@ -123,6 +123,31 @@ UNRELIABLE_CAUSES = {
     "over_budget": "no method vouched for the fold within the `max_exact` refits",
     "nonfinite_loss": "the held-out loss is not finite",
     "method_flag": "the method flagged it",
+    "fit_may_not_be_optimum": "the estimate is conditional on a fit that may not be the "
+                              "optimum (diagnostics['fit_concerns'])",
+    "fit_not_best_optimum": "an exact refit found a lower full-data objective than the fit "
+                            "(diagnostics['better_optimum_folds'])",
+}
+
+#: what a user can do about each cause, said in the unreliable-fold warning
+UNRELIABLE_REMEDIES = {
+    "error_estimate_above_tol": "method='auto' refines such folds (NS, then exact refits, "
+                                "at most `max_exact`); smaller folds or a larger `tol` "
+                                "also help",
+    "over_budget": "raise `max_exact` (or None) to refit them",
+    "hessian_not_pd": "the fit may not be a minimum: refit (more starts) or use "
+                      "method='exact'",
+    "fold_hessian_not_pd": "method='exact' refits such folds; method='auto' does so "
+                           "within `max_exact`",
+    "cg_unconverged": "raise `cg_max_steps` or use solver='dense'",
+    "refit_unconverged": "raise the refit's step limit or try exact_solver='newton'",
+    "restart_disagreement": "the fold has several optima: more `restarts` or smaller folds",
+    "worse_optimum": "more `restarts`",
+    "nonfinite_loss": "check the data of those folds; method='exact' refits them",
+    "fit_may_not_be_optimum": "refit the model with more or other starts (n_init, "
+                              "init_params) or fewer states, or use method='exact'",
+    "fit_not_best_optimum": "refit the model from the better refit (model.fit(data, "
+                            "init_params=result.fold_params(i))) and rerun",
 }
 
 
@@ -134,6 +159,30 @@ def unreliable_causes(raw, n_folds: int) -> dict:
     if not isinstance(raw, dict):
         raw = {"method_flag": raw}
     return {k: np.asarray(v, bool).reshape(n_folds) for k, v in raw.items()}
+
+
+def remedies(causes: dict) -> str:
+    """`` To fix: ...`` — the :data:`UNRELIABLE_REMEDIES` of the causes that apply, or
+    ``""``."""
+    said = [UNRELIABLE_REMEDIES[k] for k, m in causes.items()
+            if np.any(m) and k in UNRELIABLE_REMEDIES]
+    return f" To fix: {'; '.join(dict.fromkeys(said))}." if said else ""
+
+
+def mark_fit_concerns(diagnostics: dict, concerns: dict, n_folds: int, local: bool):
+    """Record a model's ``fit_concerns`` in ``diagnostics["fit_concerns"]`` and, for an
+    approximate (``local``) method, whose every estimate is derived from the fit, mark
+    every fold unreliable (cause ``"fit_may_not_be_optimum"``); exact refits (``"exact"``,
+    and the folds ``"auto"`` refitted) do not depend on the fit being the optimum and are
+    left to their own checks."""
+    diagnostics["fit_concerns"] = dict(concerns)
+    if not local:
+        return
+    causes = unreliable_causes(diagnostics.get("unreliable"), n_folds)
+    method = diagnostics.get("fold_method")          # auto: its exact refits stand alone
+    causes["fit_may_not_be_optimum"] = (np.ones(n_folds, bool) if method is None
+                                        else np.asarray(method) != "exact")
+    diagnostics["unreliable"] = causes
 
 
 def record_unreliable(diagnostics: dict, fold_loss, folds, method: str, warn: bool) -> None:
@@ -158,7 +207,8 @@ def record_unreliable(diagnostics: dict, fold_loss, folds, method: str, warn: bo
             f"{method}: {int(bad.sum())} of {len(folds)} folds are unreliable (fold ids "
             f"{folds.ids[bad][:10].tolist()}{' ...' if bad.sum() > 10 else ''}): {named}. "
             "Their numbers are kept but are not estimates; listed in "
-            "diagnostics['unreliable_folds'] (by cause: diagnostics['unreliable_causes'])",
+            "diagnostics['unreliable_folds'] (by cause: diagnostics['unreliable_causes'])."
+            f"{remedies(causes)}",
             UnreliableFoldWarning, stacklevel=3)
 
 

@@ -26,8 +26,10 @@ size), ``refit_restarts`` (default number of extra exact-CV starts, ``None``: by
 ``"map"`` — in sequence, on CPU — for objectives with a recursion over time),
 ``compute_profile`` (``"sequential"``: recursions over time, run on the host's CPU beside an
 accelerator, :mod:`approxcv._placement`; default ``None``) and, for ERM,
-``glm_structure``, ``batched_refit`` and ``fold_check`` (below), and ``own_estimators``
-(a model that computes its cross-validation methods itself: Gaussian processes).
+``glm_structure``, ``batched_refit`` and ``fold_check`` (below), ``own_estimators``
+(a model that computes its cross-validation methods itself: Gaussian processes) and
+``fit_concerns(params, data)`` (reasons the fit may not be the optimum, e.g. an HMM's
+coinciding states; every fold of an approximate method is then marked).
 
 Parameters are checked at every entry point: a subclass's methods named in
 :data:`PARAMS_ENTRY_POINTS` (``objective``, ``heldout_loss``, ``predict``, ...) are wrapped
@@ -253,6 +255,14 @@ class Model:
         every fold's result is the same as on ``data``. The default pads nothing:
         ``(data, units of data)``. Padding again changes nothing."""
         return data, self.prepare(data, level)[2]
+
+    def fit_concerns(self, params, data=None, level: str | None = None) -> dict:
+        """``{name: message}``: reasons why ``params`` may not be the optimum that every
+        fold's estimate is derived from (e.g. an HMM whose states coincide, a symmetric
+        stationary point). ``cross_validate`` records them in
+        ``diagnostics["fit_concerns"]`` and marks every fold of an approximate method
+        unreliable (cause ``"fit_may_not_be_optimum"``). Default: none."""
+        return {}
 
     def own_estimators(self, params, data) -> dict | None:
         """``{method name: fn(folds, options) -> (fold_loss (F,), points (F, m),

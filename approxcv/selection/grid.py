@@ -13,7 +13,8 @@ errors of the differences).
 An entry whose fit or cross-validation raises does not stop the grid: its exception (type
 and message) is recorded in its row (``error``), the others are ranked, and a
 :class:`~approxcv.errors.GridEntryWarning` names it; only a grid in which every entry failed
-raises. Entries the ranking should not be trusted for are flagged (``flag``): more
+raises. Entries the ranking should not be trusted for are flagged (``flag``): a degenerate
+fit (empty or coinciding states, a local optimum: demoted below every other entry), more
 parameters than data units, a fit that did not converge, a Hessian that is not positive
 definite at the fit.
 """
@@ -33,8 +34,8 @@ import pandas as pd
 
 from ..api import _OPTION_NAMES, cross_validate
 from .. import errors as _errors
-from ..errors import (ApproxCVError, ArgumentTypeError, FitError, GridEntryWarning,
-                     InvalidArgumentError)
+from ..errors import (ApproxCVError, ArgumentTypeError, EmptyStateWarning, FitError,
+                     GridEntryWarning, InvalidArgumentError, LocalOptimumWarning)
 from ..executors import run_batches, to_numpy
 from ..folds import as_folds
 from ..models.base import check_model
@@ -55,9 +56,11 @@ class Selection:
             ``se``, ``elpd_diff``, ``dse``, ``n_units``, ``n_unreliable``, ``warning``,
             ``method``; ``elpd`` is the expected log predictive density, higher is
             better), then ``n_params`` (free parameters of the fit), ``flag`` (why the
-            entry's numbers should not be trusted, ``""`` if nothing: ``over-parameterised``
-            when ``n_params >= n_units``, ``fit not converged``, ``Hessian not positive
-            definite``) and ``error`` (``"Type in fit: message"`` or ``"Type in
+            entry's numbers should not be trusted, ``""`` if nothing: ``degenerate fit
+            (...)`` when the fit warned of an empty state or a local optimum, or its states
+            coincide — such entries are demoted below the others, without ``rank``, see
+            :func:`rank_entries` —, ``over-parameterised`` when ``n_params >= n_units``,
+            ``fit not converged``, ``Hessian not positive definite``) and ``error`` (``"Type in fit: message"`` or ``"Type in
             cross_validate: message"``, the exception that stopped a failed entry, ``""``
             otherwise; failed entries come last, without ``rank`` or
             ``elpd``), then the entry's own columns: one per hyperparameter (:func:`select`)
@@ -111,7 +114,7 @@ class EntryFailure:
 
 class _FitAndValidate:
     """Picklable task: ``(model, checkpoint) -> (params, CVResult, fit seconds,
-    fit converged)`` for one grid entry, on the data and folds it carries; arrays in the
+    fit converged, names of the fit's DEGENERATE_FIT_WARNINGS)`` for one grid entry, on the data and folds it carries; arrays in the
     outputs are NumPy. An exception of the fit or of the cross-validation is returned as an
     :class:`EntryFailure` (the other entries go on)."""
 
@@ -122,9 +125,16 @@ class _FitAndValidate:
     def __call__(self, model, checkpoint):
         t = time.perf_counter()
         try:
-            params = model.fit(self.data, **self.fit_kwargs)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                params = model.fit(self.data, **self.fit_kwargs)
         except Exception as e:          # recorded in the entry's row
             return EntryFailure("fit", type(e).__name__, str(e))
+        finally:
+            for w in caught:            # the fit's warnings still reach the user
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        degenerate = [w.category.__name__ for w in caught
+                      if issubclass(w.category, DEGENERATE_FIT_WARNINGS)]
         seconds = time.perf_counter() - t
         converged = _fit_converged(getattr(model, "fit_result_", None))
         extra = {} if checkpoint is None else {"checkpoint": checkpoint}
@@ -133,7 +143,8 @@ class _FitAndValidate:
                                  **self.cv_kwargs, **extra)
         except Exception as e:
             return EntryFailure("cross_validate", type(e).__name__, str(e))
-        return to_numpy(params), _numpy_result(res), seconds, converged
+        return (to_numpy(params), _numpy_result(res), seconds, converged,
+                sorted(set(degenerate)))
 
 
 def _fit_converged(record) -> bool:
@@ -144,10 +155,22 @@ def _fit_converged(record) -> bool:
     return bool(np.any(np.asarray(record["converged"])))
 
 
-def entry_flags(res, converged: bool) -> str:
-    """Why an entry's numbers should not be trusted (``Selection.table``'s ``flag``)."""
+#: warnings of a fit that make it degenerate — an empty state, coinciding states, a local
+#: optimum: the fit is not an estimate of the model, and its cross-validated elpd (often the
+#: best of the grid: a state sitting on one observation fits it perfectly) must not rank it
+DEGENERATE_FIT_WARNINGS = (EmptyStateWarning, LocalOptimumWarning)
+#: the flag of a degenerate fit (such entries are demoted by :func:`rank_entries`)
+DEGENERATE = "degenerate fit"
+
+
+def entry_flags(res, converged: bool, degenerate=()) -> str:
+    """Why an entry's numbers should not be trusted (``Selection.table``'s ``flag``);
+    ``degenerate``: names of the fit's :data:`DEGENERATE_FIT_WARNINGS`."""
     d = res.diagnostics
     out = []
+    if degenerate or d.get("fit_concerns"):
+        said = list(degenerate) + list(d.get("fit_concerns") or {})
+        out.append(f"{DEGENERATE} ({', '.join(dict.fromkeys(said))})")
     n_params, n_units = d.get("num_params"), int(res.folds.n)
     if n_params is not None and int(n_params) >= n_units:
         out.append(f"over-parameterised ({int(n_params)} parameters >= {n_units} units)")
@@ -304,8 +327,8 @@ def select(model_factory, grid, data, folds, method: str | None = None, *, execu
     if not ran:
         raise all_failed(outs, failures)
     results = {lab: out[1] for lab, out in ran.items()}
-    table = rank_entries(results, {lab: entry_flags(results[lab], ran[lab][3]) for lab in ran},
-                         failures, entries)
+    table = rank_entries(results, {lab: entry_flags(results[lab], ran[lab][3], ran[lab][4])
+                                   for lab in ran}, failures, entries)
     warn_entries("select", failures, table)
     return Selection(table=table, results=results,
                      params={lab: out[0] for lab, out in ran.items()},
@@ -333,8 +356,19 @@ def rank_entries(results: Mapping, flags: Mapping, failures: Mapping,
     ``error`` (``failures[label]``, ``""`` for the entries that ran; failed entries come
     last, without ``rank`` or ``elpd``), then one column per key of ``columns`` (``{label:
     {name: value}}``, every entry; a name that is already a column is skipped).
-    ``attrs`` are :func:`~approxcv.results.compare`'s."""
-    ranked = compare(dict(results))
+    ``attrs`` are :func:`~approxcv.results.compare`'s.
+
+    Entries flagged as a degenerate fit (:data:`DEGENERATE`) are demoted where any entry is
+    not: the others are ranked, and each demoted entry follows them without a ``rank``, its
+    ``elpd``/``se`` its own and its ``elpd_diff``/``dse`` paired against the best ranked
+    entry (negative where the degenerate fit scores higher)."""
+    demoted = [lab for lab in results if flags.get(lab, "").startswith(DEGENERATE)]
+    if demoted and len(demoted) < len(results):
+        ranked = compare({lab: r for lab, r in results.items() if lab not in demoted})
+        ranked = pd.concat([ranked, _paired_rows(results, ranked.index[0], demoted)])
+        ranked = ranked.astype({"rank": "Int64"})
+    else:
+        ranked = compare(dict(results))
     ranked["n_params"] = [int(results[lab].diagnostics.get("num_params", -1))
                           for lab in ranked.index]
     ranked["flag"] = [flags.get(lab, "") for lab in ranked.index]
@@ -351,6 +385,20 @@ def rank_entries(results: Mapping, flags: Mapping, failures: Mapping,
     table = table.join(extra.drop(columns=[c for c in extra.columns if c in table.columns]))
     table.attrs = dict(ranked.attrs)
     return table
+
+
+def _paired_rows(results: Mapping, best: str, labels) -> pd.DataFrame:
+    """Rows of :func:`~approxcv.results.compare`'s layout for ``labels``, each paired
+    against the entry ``best`` (``elpd_diff = elpd_best - elpd``, signed), without rank."""
+    rows = []
+    for lab in labels:
+        pair = compare({best: results[best], lab: results[lab]})
+        row = pair.loc[[lab]].copy()
+        row["elpd_diff"] = pair.loc[best, "elpd"] - pair.loc[lab, "elpd"]
+        row["dse"] = pair["dse"].max()          # the pair's other row: its best's is 0
+        row["rank"] = pd.NA
+        rows.append(row)
+    return pd.concat(rows)
 
 
 def warn_entries(who: str, failures: Mapping, table: pd.DataFrame,

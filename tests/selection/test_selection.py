@@ -92,9 +92,18 @@ class _InexactRidge(acv.models.Ridge):
         return params._replace(coef=np.asarray(params.coef) + 0.5)
 
 
+class _DegenerateRidge(acv.models.Ridge):
+    """A Ridge whose fit warns that it is degenerate (as an HMM with empty states does)."""
+
+    def fit(self, data, **kwargs):
+        import warnings
+        warnings.warn("states 1, 2 carry (almost) no data (test)", acv.errors.EmptyStateWarning)
+        return super().fit(data, **kwargs)
+
+
 def _factory(lam, kind="ok"):
     return {"ok": acv.models.Ridge, "fail": _FailingRidge, "nan": _NaNRidge,
-            "inexact": _InexactRidge}[kind](lam)
+            "inexact": _InexactRidge, "degenerate": _DegenerateRidge}[kind](lam)
 
 
 GRID = {"good": {"lam": 0.1}, "fails": {"lam": 1.0, "kind": "fail"},
@@ -161,3 +170,24 @@ def test_over_parameterised_and_unconverged_fits_are_flagged(ridge_data):
                          ridge_data, acv.folds.kfold(N, 4), "ns", progress=False, warn=False)
     assert sel.table.loc["inexact", "flag"] == "fit not converged"
     assert sel.table.loc["ok", "flag"] == ""
+
+
+def test_a_degenerate_fit_is_flagged_and_ranked_below_the_others(ridge_data):
+    """An entry whose fit warned of empty states (PoissonHMM(40) on 60 counts ranked 231
+    nats ahead of K = 2 with 34 empty states) is demoted: the others are ranked, it follows
+    without a rank, paired against the best of them — even where it scores higher."""
+    folds = acv.folds.kfold(N, 5)
+    grid = {"strong": {"lam": 30.0}, "degenerate": {"lam": 0.1, "kind": "degenerate"}}
+    with pytest.warns(GridEntryWarning, match="'degenerate': degenerate fit "
+                      r"\(EmptyStateWarning\)"), \
+            pytest.warns(acv.errors.EmptyStateWarning):      # the fit's own, still seen
+        sel = acv.select(_factory, grid, ridge_data, folds, "ns", progress=False, warn=False)
+    t = sel.table
+    assert sel.best == "strong" and list(t.index) == ["strong", "degenerate"]
+    assert t.loc["strong", "rank"] == 0 and pd.isna(t.loc["degenerate", "rank"])
+    plain = acv.compare(sel.results)          # unflagged, the degenerate entry would win
+    assert plain.index[0] == "degenerate"
+    np.testing.assert_allclose(t.loc["degenerate", "elpd_diff"],
+                               -plain.loc["strong", "elpd_diff"], rtol=1e-12)
+    np.testing.assert_allclose(t.loc["degenerate", "dse"], plain.loc["strong", "dse"],
+                               rtol=1e-12)

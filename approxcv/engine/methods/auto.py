@@ -9,7 +9,11 @@
    cheaper than NS (a Hessian per fold) where the iteration contracts — the time-varying
    Poisson event model's IJ errors of 1-6 %, which NS's own estimate could not vouch for
    and sent to exact refits costing a third of exact CV;
-3. ``ns`` on the folds no chord round vouches for (or that the IJ cannot vouch for);
+3. ``ns`` on the folds no chord round vouches for (or that the IJ cannot vouch for); an NS
+   estimate replaces the earlier one only where it is better vouched
+   (:func:`better_vouched`: finite, and an error estimate no larger) — a failed step keeps
+   the earlier, flagged estimate, and the fold goes on to the next stage
+   (``diagnostics["ns_rejected_folds"]``);
 4. ``exact`` refits of the folds whose NS estimate still exceeds ``tol`` (or that NS cannot
    vouch for), the worst estimates first, at most ``max_exact`` of them;
 5. ``exact`` refits of the folds whose objective is lower at one of those refits than at
@@ -17,17 +21,22 @@
    its basin, but another basin is better for the fold (an error estimate built from
    derivatives at one point cannot see that). They start from the lower refit too and
    count against ``max_exact``; ``diagnostics["other_optimum_folds"]`` lists them.
+6. where an exact refit's full-data objective is lower than the fit's, the fit is not the
+   best optimum and no estimate derived from it can stand: every fold not refitted exactly
+   is unreliable (cause ``"fit_not_best_optimum"``; ``diagnostics["better_optimum_folds"]``,
+   :class:`~approxcv.errors.LocalOptimumWarning`).
 
 ``diagnostics["fold_method"]`` records which method produced each fold (``"ij"``,
 ``"chord"``, ``"ns"``, ``"exact"``); ``diagnostics["error_estimate"]`` is that method's
 estimate (0 for a reliable exact refit, NaN for an unreliable one). Folds that still need a
-refit when the budget is spent keep their NS numbers and are unreliable (cause
+refit when the budget is spent keep their best-vouched numbers and are unreliable (cause
 ``"over_budget"``); every other cause is the one of the method that produced the fold.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 
 import numpy as np
 
@@ -39,6 +48,8 @@ from ..error_estimate import (estimate_errors, full_hessian_chord_steps, refined
 from ..heldout import heldout_losses
 from ..exact_optima import (RESTART_RTOL, candidate_columns, full_objectives,
                             pair_objectives)
+from ...errors import LocalOptimumWarning
+from .exact import better_optimum_message
 from .model_estimators import model_estimator, run_model_estimator
 from ..registry import get_method, register_method
 
@@ -143,6 +154,19 @@ def chord_rounds(problem, folds, rows, params, correction, previous, chol, optio
     return (rows, *(np.concatenate([o[k] for o in out]) for k in range(4)))
 
 
+def better_vouched(old_loss, old_est, new_params, new_loss, new_est) -> np.ndarray:
+    """``(n,) bool``: where a refinement's estimate may replace the earlier one — its
+    parameters and held-out loss are finite, and its error estimate is no larger than the
+    earlier one's (a missing estimate counts as infinite; an earlier non-finite loss is
+    always replaced by a finite one). A step that fails (NS on a fold Hessian that is not
+    positive definite can step to a non-finite loss) keeps the earlier, flagged estimate."""
+    ok = np.isfinite(new_loss) & np.all(np.isfinite(new_params), axis=1)
+    old_finite = np.isfinite(old_loss)
+    old_e = np.where(old_finite, np.nan_to_num(old_est, nan=np.inf), np.inf)
+    new_e = np.nan_to_num(np.asarray(new_est, np.float64), nan=np.inf)
+    return ok & ((new_e <= old_e) | ~old_finite)
+
+
 def _any(causes: dict, n: int) -> np.ndarray:
     bad = np.zeros(n, bool)
     for m in causes.values():
@@ -179,6 +203,22 @@ def lower_optimum_elsewhere(problem, folds, params, method, causes, batch_size=N
     return mask, start
 
 
+def record_better_optima(diagnostics, causes, better, method, warn: bool):
+    """Exact refits that landed below the fit (``better``: per refit call, the fold ids
+    and the largest gap): ``diagnostics["better_optimum_folds"]`` and
+    ``["better_optimum_gap"]``, every fold not refitted exactly marked
+    ``"fit_not_best_optimum"`` (its estimate is derived from a fit that is not the best
+    optimum), and a :class:`~approxcv.errors.LocalOptimumWarning`."""
+    ids = np.concatenate([b[0] for b in better])
+    worst = max(better, key=lambda b: b[1])
+    gap, first = worst[1], int(worst[0][0])
+    diagnostics["better_optimum_folds"], diagnostics["better_optimum_gap"] = ids, gap
+    causes["fit_not_best_optimum"] = method != "exact"
+    if warn:
+        warnings.warn(better_optimum_message(int(ids.size), int(method.size), gap, first),
+                      LocalOptimumWarning, stacklevel=5)
+
+
 def auto(problem, folds, options):
     """IJ, then NS, then exact refits where needed (module docstring)."""
     if model_estimator(problem, "auto") is not None:    # the model's own (a GP)
@@ -197,6 +237,7 @@ def auto(problem, folds, options):
     diagnostics["ij_error_estimate"] = est.copy()
     need = _any(causes, n_folds) | ~(est <= options.tol)
     counts = {"ij": n_folds, "chord": 0, "ns": 0, "exact": 0}
+    better = []         # exact refits below the fit: (fold ids, largest gap) per refit call
 
     def replace(rows, sub_params, sub_loss, sub_points, sub_est, sub_causes, name):
         params[rows], fold_loss[rows], est[rows] = sub_params, sub_loss, sub_est
@@ -221,6 +262,9 @@ def auto(problem, folds, options):
         sub_causes = unreliable_causes(diag_ex.pop("unreliable", None), rows.size)
         sub_est = np.where(_any(sub_causes, rows.size), np.nan, 0.0)
         replace(rows, sub_params, sub_loss, sub_points, sub_est, sub_causes, "exact")
+        if "better_optimum_folds" in diag_ex:
+            better.append((np.asarray(diag_ex["better_optimum_folds"]),
+                           float(diag_ex["better_optimum_gap"])))
         return diag_ex
 
     # the chord stage: only folds the IJ could vouch for but for its estimate
@@ -237,11 +281,16 @@ def auto(problem, folds, options):
     if need.any():
         t = time.perf_counter()
         rows = np.flatnonzero(need)
-        out = run_with_estimate("ns", problem, bucketed(folds, rows), quiet, len(rows))
-        replace(rows, *out[:5], "ns")
+        sub_params, sub_loss, sub_points, sub_est, sub_causes = run_with_estimate(
+            "ns", problem, bucketed(folds, rows), quiet, len(rows))[:5]
+        take = better_vouched(fold_loss[rows], est[rows], sub_params, sub_loss, sub_est)
+        sub_causes = {k: v[take] for k, v in sub_causes.items()}
+        replace(rows[take], sub_params[take], sub_loss[take], sub_points[take],
+                sub_est[take], sub_causes, "ns")
         seconds["ns"] = time.perf_counter() - t
         counts["ns"] = int(rows.size)
-        need[rows] = _any(out[4], rows.size) | ~(out[3] <= options.tol)
+        diagnostics["ns_rejected_folds"] = folds.ids[rows[~take]]
+        need[rows[take]] = _any(sub_causes, int(take.sum())) | ~(sub_est[take] <= options.tol)
     rows = np.flatnonzero(need)
     order = rows[np.argsort(-np.nan_to_num(est[rows], nan=np.inf), kind="stable")]
     budget = len(order) if options.max_exact is None else int(options.max_exact)
@@ -273,6 +322,8 @@ def auto(problem, folds, options):
         counts["exact"] += int(second.size)
     over = np.union1d(over, rows[second.size:])
     diagnostics["other_optimum_folds"] = folds.ids[rows]
+    if better:          # the fit is not the best optimum: no local estimate can stand on it
+        record_better_optima(diagnostics, causes, better, method, options.warn)
     above = ~(est <= options.tol) & (method != "exact")
     causes["error_estimate_above_tol"] = above & ~np.isin(np.arange(n_folds), over)
     causes["over_budget"] = np.isin(np.arange(n_folds), over)

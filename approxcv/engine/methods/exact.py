@@ -162,14 +162,19 @@ def _record_better_optima(diagnostics, problem, refits, folds, warn, at_fit):
     diagnostics["better_optimum_gap"] = gap
     if warn and not diagnostics.get("inexact_fit", False):
         first = int(folds.ids[better][np.argmin(at_refits[better])])
-        warnings.warn(
-            f"the full-data objective is lower at the exact refits of {int(better.sum())} of "
-            f"{len(folds)} folds than at `params` (by up to {gap:.4g}, fold {first}): "
+        warnings.warn(better_optimum_message(int(better.sum()), len(folds), gap, first),
+                      LocalOptimumWarning, stacklevel=4)
+
+
+def better_optimum_message(count: int, n_folds: int, gap: float, first: int) -> str:
+    """The :class:`LocalOptimumWarning` of refits below the fit: ``count`` of ``n_folds``
+    refits lower, by up to ``gap``, e.g. at fold ``first``."""
+    return (f"the full-data objective is lower at the exact refits of {count} of "
+            f"{n_folds} folds than at `params` (by up to {gap:.4g}, fold {first}): "
             "`params` is a local optimum but not the best, and refits that jump to a better "
             "one cannot be followed by IJ or NS. Refit, e.g. model.fit(data, init_params="
             f"result.fold_params({first})) or with perturbation restarts (n_perturb), and "
-            "rerun. Listed in diagnostics['better_optimum_folds']", LocalOptimumWarning,
-            stacklevel=4)
+            "rerun. Listed in diagnostics['better_optimum_folds']")
 
 
 def _open_checkpoint(path, problem, task, starts, dim):

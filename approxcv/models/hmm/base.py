@@ -15,6 +15,7 @@ compiled programs; at level ``"within"`` the padded steps are null units of the 
 """
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -25,7 +26,7 @@ from ..._validate import (as_real_array, check_counts as check_count_values, che
                           check_positive, check_positive_int)
 from ...optim import batched_minimize
 from ...optim.newton import polish_rows
-from ...errors import (ArgumentTypeError, InvalidArgumentError,
+from ...errors import (ArgumentTypeError, InvalidArgumentError, LocalOptimumWarning,
                       InvalidDataError)
 from ..._placement import SEQUENTIAL, placed
 from ..._sizes import length_bucket
@@ -35,7 +36,8 @@ from .. import constraints as C
 from .em import EM_MAX_DIM, em_fit
 from .start_selection import select_starts
 from .windows import ChainWindows
-from ._occupancy import check_occupancy
+from ._occupancy import check_occupancy, min_occupancy, state_occupancy
+from ._collapse import coinciding_states, describe_groups, split_starts
 from .._transforms import dirichlet_log_prior
 from ..base import Model, check_weights, left_out
 from ...problem import flat_params, make_problem
@@ -280,7 +282,82 @@ class HMM(ChainWindows, Model):
             params = self._fit_from(seqs, level, n, starts)
             if selection is not None:
                 self.fit_result_["start_selection"] = selection
+            return self._leave_coinciding_states(seqs, level, n, params)
+
+    def _leave_coinciding_states(self, seqs, level, n, params):
+        """``params``, or a better fit from split starts where states of ``params``
+        coincide (:mod:`approxcv.models.hmm._collapse`).
+
+        At a fit whose states coincide and carry data (each at least
+        :func:`~approxcv.models.hmm._occupancy.min_occupancy`: coinciding empty states are
+        reported by :class:`~approxcv.errors.EmptyStateWarning`), the fit is rerun from
+        :func:`~approxcv.models.hmm._collapse.split_starts`; the lower of the two fits is
+        kept. ``fit_result_["split_restart"]`` records the groups, both objectives and
+        whether the split fit was kept; ``fit_result_["coinciding_states"]`` the groups of
+        the returned fit. Where states still coincide, :class:`LocalOptimumWarning`: the
+        fit is a symmetric stationary point, and cross-validation at it marks every fold
+        (:meth:`fit_concerns`).
+        """
+        groups = occupied(coinciding_states(self, params),
+                          self.fit_result_.get("state_occupancy"), seqs)
+        if not groups:
+            self.fit_result_["coinciding_states"] = []
             return params
+        record, before = self.fit_result_, float(self.fit_result_["final_objective"])
+        starts = split_starts(self, params, groups,
+                              self._init_params(seqs, self.n_init, self.seed))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            split = self._fit_from(seqs, level, n, starts)
+        after = float(self.fit_result_["final_objective"])
+        kept = bool(after < before - 1e-9 * max(1.0, abs(before)))
+        if kept:
+            params = split
+            for w in caught:                 # the kept fit's own warnings (empty states)
+                warnings.warn(w.message, w.category, stacklevel=3)
+        else:
+            self.fit_result_ = record
+        remaining = occupied(coinciding_states(self, params),
+                             self.fit_result_.get("state_occupancy"), seqs)
+        self.fit_result_["split_restart"] = {
+            "groups": groups, "objective_before": before, "objective_after": after,
+            "kept": kept, "starts": len(starts)}
+        self.fit_result_["coinciding_states"] = remaining
+        if remaining:
+            warnings.warn(
+                f"{type(self).__name__}.fit: {describe_groups(remaining)} have the same "
+                "emission parameters — a symmetric stationary point (the fit of a model "
+                f"with fewer states), not an estimate of {self.n_states} states — and "
+                f"{len(starts)} split starts found no lower optimum. Cross-validation at "
+                "these parameters marks every fold as conditional on a fit that may not "
+                "be the optimum; try more starts (n_init), other starts (init_params) or "
+                "fewer states", LocalOptimumWarning, stacklevel=3)
+        return params
+
+    def fit_concerns(self, params, data=None, level: str | None = None) -> dict:
+        """``{"coinciding_states": message}`` when states of ``params`` that carry data
+        have the same emission parameters
+        (:func:`~approxcv.models.hmm._collapse.coinciding_states`: a symmetric stationary
+        point, whose derivatives describe the wrong basin), else ``{}``. Coinciding
+        (almost) empty states — all at their prior's mode — are the empty states that
+        :class:`~approxcv.errors.EmptyStateWarning` reports, not a concern here."""
+        groups = coinciding_states(self, params)
+        if groups and data is not None:
+            seqs = self.prepare(data, level)[0]
+            groups = occupied(groups, state_occupancy(self, params, seqs), seqs)
+        if not groups:
+            return {}
+        return {"coinciding_states": f"{describe_groups(groups)} of the fit coincide (same "
+                                     "emission parameters): a symmetric stationary point "
+                                     "that may not be the optimum"}
+
+    #: fields of ``params_type`` holding one row of emission parameters per state (state
+    #: axis first); states whose rows coincide are found by
+    #: :func:`~approxcv.models.hmm._collapse.coinciding_states`. Default: every field after
+    #: the initial distribution and the transition matrix.
+    @property
+    def state_emission_fields(self) -> tuple:
+        return tuple(self.params_type._fields[2:])
 
     def _fit_from(self, seqs, level, n, starts):
         """The fit of :meth:`fit` from ``starts`` (constrained parameter sets)."""
@@ -406,6 +483,17 @@ class HMM(ChainWindows, Model):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_states={self.n_states})"
+
+
+def occupied(groups, occupancy, seqs) -> list:
+    """The ``groups`` of states each of which carries at least
+    :func:`~approxcv.models.hmm._occupancy.min_occupancy` expected observed steps
+    (``occupancy (K,)``; every group when it is ``None``)."""
+    if occupancy is None or not groups:
+        return list(groups)
+    occupancy = np.asarray(occupancy)
+    threshold = min_occupancy(float(np.sum(np.asarray(seqs.mask))))
+    return [g for g in groups if np.all(occupancy[list(g)] >= threshold)]
 
 
 def pad_steps(x, extra: int) -> jax.Array:

@@ -316,6 +316,10 @@ class TimeVaryingPoisson(HMM):
         return (C.Positive(), C.Simplex(float(self.days_per_week)),
                 C.Simplex(float(self.num_slots)), C.Positive(), C.Positive())
 
+    #: the normal and the event state have emissions of different forms (the event adds
+    #: an excess): they never coincide (:mod:`approxcv.models.hmm._collapse`)
+    state_emission_fields = ()
+
     # ------------------------------------------------------------------ fit
     #: the damped Newton below converges in a few steps; no EM stage
     fit_em = False
