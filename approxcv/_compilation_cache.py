@@ -43,7 +43,12 @@ to stderr, and nothing in the configuration avoids the cause:
 
 * ``APPROXCV_NO_COMPILATION_CACHE=1`` (set before ``import approxcv``) turns it off.
 * ``APPROXCV_COMPILATION_CACHE_DIR`` (set before ``import approxcv``) puts it elsewhere
-  (still one subdirectory per kind of CPU).
+  (still one subdirectory per kind of CPU; a leading ``~`` is expanded, as in
+  ``$XDG_CACHE_HOME``).
+* A directory that cannot be created or written, or whose lock file is broken
+  (:func:`unusable`), turns the cache off for the process with one
+  :class:`~approxcv.errors.CompilationCacheWarning` (:data:`off_reason` says why), rather
+  than a warning from JAX for every program read and written.
 * A cache directory you configured for JAX yourself (``JAX_COMPILATION_CACHE_DIR`` or
   ``jax.config.update("jax_compilation_cache_dir", ...)`` before importing approxcv) is
   used as it is, with your settings.
@@ -57,7 +62,11 @@ import hashlib
 import os
 import platform
 import sys
+import tempfile
+import warnings
 from pathlib import Path
+
+from .errors import CompilationCacheWarning
 
 #: programs that compile faster than this are not cached. Loading an entry costs a file
 #: read and jaxlib 0.9-0.10 logs a WARNING per load (hidden: :func:`quiet_cpp_warnings`),
@@ -97,13 +106,19 @@ isa_cap: str | None = None
 MAX_CACHE_BYTES = 2 * 2 ** 30
 
 
+def expanded(path) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded (a directory named from the
+    environment, where no shell expanded it: never a literal ``~`` folder)."""
+    return Path(os.path.expanduser(os.fspath(path)))
+
+
 def user_cache_dir() -> Path:
     """The per-user cache directory: ``$XDG_CACHE_HOME`` when set, else the platform's
-    (platformdirs' convention)."""
+    (platformdirs' convention); ``~`` expanded."""
     if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"])
+        return expanded(os.environ["XDG_CACHE_HOME"])
     if sys.platform == "win32":
-        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+        return expanded(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
     if sys.platform == "darwin":
         return Path.home() / "Library" / "Caches"
     return Path.home() / ".cache"
@@ -139,11 +154,37 @@ def cpu_tag() -> str:
 
 
 def cache_dir() -> Path:
-    """Where approxcv keeps compiled programs: ``$APPROXCV_COMPILATION_CACHE_DIR`` or
-    ``<user cache dir>/approxcv/jax``, then one subdirectory per kind of CPU
+    """Where approxcv keeps compiled programs: ``$APPROXCV_COMPILATION_CACHE_DIR`` (``~``
+    expanded) or ``<user cache dir>/approxcv/jax``, then one subdirectory per kind of CPU
     (:func:`cpu_tag`)."""
     base = os.environ.get(DIR_ENV) or user_cache_dir() / "approxcv" / "jax"
-    return Path(base) / cpu_tag()
+    return expanded(base) / cpu_tag()
+
+
+#: the lock file JAX's cache takes around every read and write (its size limit is set)
+LOCK_FILE = ".lockfile"
+
+
+def unusable(path: Path) -> str | None:
+    """Why JAX's cache cannot work in ``path``, or ``None`` (``path`` is then created): it
+    cannot be created, a file cannot be written in it (a read-only directory), or its lock
+    file cannot be opened for writing (a directory or a read-only file in its place). JAX
+    would warn for every program it reads and writes there (the lock is taken for both)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return f"cannot create {path}: {err}"
+    try:
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".probe-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as err:
+        return f"cannot write in {path}: {err}"
+    try:
+        os.close(os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644))
+    except OSError as err:
+        return f"cannot open its lock file {path / LOCK_FILE}: {err}"
+    return None
 
 
 def loader_flags_this_cpu(jaxlib_version: str) -> bool:
@@ -238,9 +279,10 @@ def enable(config, jaxlib_version: str = "0") -> str | None:
     ``jax.config``) and quiet the loader's warnings (:func:`quiet_cpp_warnings`); returns
     the directory in use, or ``None`` when the cache is off (:data:`DISABLE_ENV`, a CPU
     whose loader would print false errors (:func:`loader_flags_this_cpu`) where the
-    instruction-set cap cannot be set (:func:`cap_isa`), or the directory cannot be
-    created; :data:`off_reason` says which). A directory already configured for JAX is
-    kept, with its settings and JAX's log levels."""
+    instruction-set cap cannot be set (:func:`cap_isa`), or the directory is
+    :func:`unusable`, said once by a :class:`~approxcv.errors.CompilationCacheWarning`;
+    :data:`off_reason` says which). A directory already configured for JAX is kept, with
+    its settings and JAX's log levels."""
     global off_reason
     if disabled():
         off_reason = f"{DISABLE_ENV} is set"
@@ -248,10 +290,13 @@ def enable(config, jaxlib_version: str = "0") -> str | None:
     if config.jax_compilation_cache_dir:
         return config.jax_compilation_cache_dir
     path = cache_dir()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        off_reason = f"cannot create {path}: {err}"
+    why = unusable(path)
+    if why is not None:
+        off_reason = why
+        warnings.warn(f"approxcv's compilation cache is off in this process: {why}. "
+                      f"Programs are compiled anew in every process; set {DIR_ENV} to a "
+                      f"writable directory, or {DISABLE_ENV}=1 to do without the cache and "
+                      f"this warning", CompilationCacheWarning, stacklevel=2)
         return None
     if loader_flags_this_cpu(jaxlib_version):
         why = cap_isa(backend_started)

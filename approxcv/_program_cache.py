@@ -33,20 +33,30 @@ It is on only where it is safe and useful: approxcv's compilation cache is on in
 directory (so the instruction-set cap that keeps the loader quiet is in force), JAX runs on
 one CPU device, ``jax_disable_jit`` is off, and ``APPROXCV_NO_PROGRAM_CACHE`` is unset.
 Programs whose trace, lower and compile took at least :data:`MIN_SECONDS` are stored, one
-file each under ``<compilation cache>/programs`` (written atomically; an unreadable entry
-is compiled again and replaced); the directory is kept under :data:`MAX_BYTES` by removing
-the least recently written entries. :data:`stats` counts loads, stores, compiles and
-bypasses (with reasons) in this process.
+file each under ``<compilation cache>/programs`` (written atomically); the directory is kept
+under :data:`MAX_BYTES` by removing the least recently written entries. :data:`stats`
+counts loads, stores, compiles, bypasses and rejected entries (with reasons) in this
+process.
 
-A loaded program's calls are waited for until one has run it, and one that fails to run is
-removed, compiled again and stored anew (counted in :data:`stats`). jaxlib 0.9.2 can write a
-CPU executable without all its kernels (``Function select_select_fusion not found`` when
-run: seen once in a test run that shared the directory between two processes, not
-reproduced). The known cause is an executable that JAX's own cache handed back; programs
-compiled here are therefore kept out of JAX's cache (:func:`_outside_jax_cache`, and
-:data:`MARK`, which a bypassed call does not carry), and one JAX's cache returned during a
-compile is not stored. As a precaution, XLA deserializes or compiles for this cache one
-program at a time per process (the failure was seen where two threads loaded at once).
+An entry is verified before any of it reaches XLA: it starts with a header naming its
+format (:data:`ENTRY_FORMAT`), the key it was stored under and the sha256 of the bytes
+after the header (:func:`entry_bytes`, :func:`verified_payload`). An entry damaged on disk
+(XLA's deserializer does not check its input: 64 flipped bytes printed protobuf's "invalid
+UTF-8" errors, or killed the process with SIGILL when the program ran), one stored under
+another key (a swapped or copied file), one of an earlier format, or one XLA cannot load or
+run is *rejected*: removed, counted in :data:`stats` (``rejected``, and its reason), and the
+program is compiled again and stored anew, without a line on stderr.
+
+A loaded program's calls are waited for until one has run it, and one that fails to run
+(any exception: XLA's runtime error, or JAX's ``TypeError`` for arguments the executable
+was not compiled for) is rejected likewise. jaxlib 0.9.2 can write a CPU executable without
+all its kernels (``Function select_select_fusion not found`` when run: seen once in a test
+run that shared the directory between two processes, not reproduced). The known cause is an
+executable that JAX's own cache handed back; programs compiled here are therefore kept out
+of JAX's cache (:func:`_outside_jax_cache`, and :data:`MARK`, which a bypassed call does
+not carry), and one JAX's cache returned during a compile is not stored. As a precaution,
+XLA deserializes or compiles for this cache one program at a time per process (the failure
+was seen where two threads loaded at once).
 """
 from __future__ import annotations
 
@@ -77,7 +87,8 @@ from . import _compilation_cache, _jax_setup
 
 __all__ = ["use_directory", "directory", "active", "paused", "fingerprint", "Unkeyable",
            "program_key", "environment", "namespace_digest", "source_digest", "stats", "clear", "MIN_SECONDS",
-           "MAX_BYTES", "MAX_ARRAY_ELEMENTS", "TRUSTED_ROOTS", "DISABLE_ENV", "MARK"]
+           "MAX_BYTES", "MAX_ARRAY_ELEMENTS", "TRUSTED_ROOTS", "DISABLE_ENV", "MARK",
+           "ENTRY_FORMAT", "RejectedEntry", "entry_bytes", "verified_payload", "reject"]
 
 #: environment variable that turns this cache off (any value but "", "0", "false", "no")
 DISABLE_ENV = "APPROXCV_NO_PROGRAM_CACHE"
@@ -101,10 +112,15 @@ TRUSTED_ROOTS = frozenset({
 MARK = {"xla_gpu_enable_cublaslt": True}
 #: what a key's format is; raise it when the key changes meaning
 SCHEMA = "approxcv-program-1"
+#: the first line of a stored entry (:func:`entry_bytes`); raise it when the entry's layout
+#: changes (entries of another format are rejected and replaced)
+ENTRY_FORMAT = b"approxcv-program-entry-2"
 
-#: counters of this process: ``loaded``, ``stored``, ``compiled``, ``bypassed`` and
-#: ``reasons`` (a Counter of why calls bypassed the cache)
-stats = {"loaded": 0, "stored": 0, "compiled": 0, "bypassed": 0,
+#: counters of this process: ``loaded``, ``stored``, ``compiled``, ``bypassed``,
+#: ``rejected`` (stored entries refused: damaged, of another key or format, or failing to
+#: load or run; each compiled again) and ``reasons`` (a Counter of why calls bypassed the
+#: cache and why entries were rejected)
+stats = {"loaded": 0, "stored": 0, "compiled": 0, "bypassed": 0, "rejected": 0,
          "reasons": collections.Counter()}
 
 #: dir: a directory set by use_directory; default: the directory() resolved (False: off);
@@ -123,9 +139,9 @@ class Unkeyable(Exception):
 
 
 def use_directory(directory) -> None:
-    """Keep programs under ``directory`` from now on (``None``: back to the default,
-    :func:`directory`)."""
-    _STATE["dir"] = None if directory is None else Path(directory)
+    """Keep programs under ``directory`` from now on (``~`` expanded; ``None``: back to the
+    default, :func:`directory`)."""
+    _STATE["dir"] = None if directory is None else _compilation_cache.expanded(directory)
     _STATE["usable"] = _STATE["bytes"] = None
 
 
@@ -444,19 +460,57 @@ def program_key(program, statics, treedef, shapes) -> str:
 
 # ---------------------------------------------------------------------------- the storage
 
+class RejectedEntry(Exception):
+    """A stored entry that is not, byte for byte, what was stored under its key (the
+    message says why): it is never handed to XLA."""
+
+
+def entry_bytes(key: str, payload: bytes) -> bytes:
+    """The file of the program ``key``: a header of three lines — :data:`ENTRY_FORMAT`,
+    ``key`` and the sha256 of ``payload`` — then ``payload``."""
+    digest = hashlib.sha256(payload).hexdigest()
+    return b"\n".join([ENTRY_FORMAT, key.encode(), digest.encode(), payload])
+
+
+def verified_payload(key: str, blob: bytes) -> bytes:
+    """The payload of the entry ``blob`` read under ``key`` (:func:`entry_bytes`), or
+    :class:`RejectedEntry`: another format, another key, or bytes other than those
+    written."""
+    parts = blob.split(b"\n", 3)
+    if len(parts) != 4 or parts[0] != ENTRY_FORMAT:
+        raise RejectedEntry("entry of another format")
+    stored_key, digest, payload = parts[1:]
+    if stored_key != key.encode():
+        raise RejectedEntry("entry stored under another key")
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        raise RejectedEntry("damaged entry (digest mismatch)")
+    return payload
+
+
 def load(key: str, options: dict | None):
-    """The stored program ``key`` (compiled with the XLA ``options``), or ``None``."""
+    """The stored program ``key`` (compiled with the XLA ``options``), or ``None``: none
+    stored, or an entry rejected (:func:`verified_payload`; one XLA cannot load), which is
+    then removed and counted (:func:`reject`)."""
     path = directory() / key
     try:
         blob = path.read_bytes()
     except OSError:
         return None
     try:
-        return _deserialize(blob, options)
-    except Exception:  # noqa: BLE001  (an unreadable entry: compiled again and replaced)
-        stats["reasons"]["unreadable entry"] += 1
-        discard(key)
-        return None
+        return _deserialize(verified_payload(key, blob), options)
+    except RejectedEntry as why:
+        reject(key, str(why))
+    except Exception as err:  # noqa: BLE001  (one XLA cannot load: compiled again)
+        reject(key, f"unreadable entry: {type(err).__name__}: {err}")
+    return None
+
+
+def reject(key: str, why: str) -> None:
+    """Count the stored program ``key`` as rejected (``why``, in :data:`stats`) and remove
+    it: the caller compiles it again and stores it anew."""
+    stats["rejected"] += 1
+    stats["reasons"][why[:160]] += 1
+    discard(key)
 
 
 class _Unpickler(serialize_executable._JaxPjrtUnpickler):
@@ -514,7 +568,7 @@ def _native_kernels() -> None:
 
 def _deserialize(blob: bytes, options: dict | None):
     """``serialize_executable.deserialize_and_load`` with the compile options, after
-    :func:`_native_kernels`."""
+    :func:`_native_kernels` (``blob``: a verified payload, :func:`verified_payload`)."""
     _native_kernels()
     payload, in_tree, out_tree = pickle.loads(blob)
     backend = jax.devices()[0].client
@@ -537,7 +591,7 @@ def store(key: str, compiled) -> None:
         return
     try:
         with _XLA_LOCK:
-            blob = pickle.dumps(_serialize(compiled))
+            blob = entry_bytes(key, pickle.dumps(_serialize(compiled)))
         folder.mkdir(parents=True, exist_ok=True)
         _make_room(folder, len(blob))
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
@@ -648,14 +702,14 @@ NOT_RUN = object()
 
 def checked_run(loaded, key: str, args, kwargs):
     """The outputs of the loaded program ``loaded`` (stored under ``key``) on ``(args,
-    kwargs)``, waited for; :data:`NOT_RUN` when it fails to run (XLA's ``Function ... not
-    found``: an executable stored without all its kernels), the entry then removed and the
-    failure counted in :data:`stats` (the caller compiles it again)."""
+    kwargs)``, waited for; :data:`NOT_RUN` when it fails to run with any exception (XLA's
+    ``Function ... not found``: an executable stored without all its kernels; JAX's
+    ``TypeError`` for arguments it was not compiled for), the entry then rejected
+    (:func:`reject`; the caller compiles it again)."""
     try:
         return jax.block_until_ready(loaded(*args, **kwargs))
-    except jax.errors.JaxRuntimeError as err:
-        stats["reasons"][f"stored program failed to run: {err}"[:160]] += 1
-        discard(key)
+    except Exception as err:  # noqa: BLE001  (compiled again: a real error recurs there)
+        reject(key, f"stored program failed to run: {type(err).__name__}: {err}")
         return NOT_RUN
 
 

@@ -117,6 +117,12 @@ class EmptyStateWarning(ApproxCVWarning):
     """A fitted latent state carries (almost) no data: an empty or collapsed component."""
 
 
+class CompilationCacheWarning(ApproxCVWarning):
+    """approxcv's compilation cache directory cannot be used (it cannot be created or
+    written, or its lock file is broken): the cache is off in this process, said once; the
+    message names the directory, the cause and how to move or turn off the cache."""
+
+
 class UnreliableFoldWarning(ApproxCVWarning):
     """Some folds' estimates cannot be vouched for (``diagnostics['unreliable_folds']``)."""
 

@@ -2,6 +2,7 @@
 or not at all, a second process loads instead of tracing, and what cannot be keyed or
 stored goes through ``jax.jit`` as before."""
 import functools
+import shutil
 import subprocess
 import sys
 
@@ -96,7 +97,7 @@ folds = acv.folds.iid(len(x), frac=0.1, n_folds=12, seed=0)
 ij = acv.cross_validate(model, x, folds, method="ij", params=params, progress=False)
 s = _program_cache.stats
 print(s["loaded"], s["stored"], s["compiled"], s["bypassed"], len(compiles),
-      dict(s["reasons"]))
+      s["rejected"], dict(s["reasons"]))
 np.save("{out}", np.asarray(ij.fold_loss))
 """
 
@@ -108,8 +109,9 @@ def _job(cache, out, extra_env=None):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == "", proc.stderr[-3000:]
-    loaded, stored, compiled, bypassed, xla = (int(v) for v in proc.stdout.split()[:5])
-    return loaded, stored, compiled, bypassed, np.load(out), xla
+    loaded, stored, compiled, bypassed, xla, rejected = (int(v)
+                                                         for v in proc.stdout.split()[:6])
+    return loaded, stored, compiled, bypassed, np.load(out), xla, rejected
 
 
 def test_a_second_process_loads_every_program_and_gets_the_same_numbers(tmp_path):
@@ -142,7 +144,65 @@ def test_a_second_process_loads_every_program_and_gets_the_same_numbers(tmp_path
 
 def _programs(folder):
     """The stored programs in ``folder`` (not the records of checked XLA options)."""
-    return [p for p in folder.iterdir() if not p.name.startswith("options-")]
+    return sorted(p for p in folder.iterdir() if not p.name.startswith("options-"))
+
+
+@pytest.fixture(scope="module")
+def filled_cache(tmp_path_factory):
+    """``(cache, cold)``: a cache directory filled by :data:`SMALL_JOB` in a child process
+    that found it empty (its numbers are an uncached run's), and that run's results."""
+    root = tmp_path_factory.mktemp("filled")
+    return root / "cache", _job(root / "cache", root / "cold.npy")
+
+
+def _copy_of(filled_cache, tmp_path):
+    """A copy of the filled cache to damage, and its stored programs."""
+    cache = shutil.copytree(filled_cache[0], tmp_path / "cache")
+    (programs,) = cache.glob("*/programs")
+    return cache, _programs(programs)
+
+
+def test_a_damaged_entry_never_reaches_xla(filled_cache, tmp_path):
+    """64 bytes flipped in the middle of every stored program (once: protobuf's "invalid
+    UTF-8" lines on stderr, or SIGILL when the program ran): each entry is rejected by its
+    digest, compiled again and stored anew, silently, with the uncached run's numbers."""
+    cache, entries = _copy_of(filled_cache, tmp_path)
+    for entry in entries:
+        blob = bytearray(entry.read_bytes())
+        mid = len(blob) // 2
+        blob[mid:mid + 64] = bytes(b ^ 0xFF for b in blob[mid:mid + 64])
+        entry.write_bytes(bytes(blob))
+    cold = filled_cache[1]
+    damaged = _job(cache, tmp_path / "damaged.npy")        # exit 0, stderr empty (_job)
+    assert damaged[0] == 0 and damaged[6] == len(entries) and damaged[1] == cold[1]
+    np.testing.assert_array_equal(damaged[4], cold[4])
+
+
+def test_an_entry_under_another_key_is_rejected(filled_cache, tmp_path):
+    """Two entries' contents swapped (once: JAX's raw ``TypeError`` for arguments the
+    loaded program was not compiled for): the key in each entry's header rejects both; the
+    other programs load, and the numbers are the uncached run's."""
+    cache, entries = _copy_of(filled_cache, tmp_path)
+    first, second = entries[:2]
+    a, b = first.read_bytes(), second.read_bytes()
+    first.write_bytes(b)
+    second.write_bytes(a)
+    cold = filled_cache[1]
+    swapped = _job(cache, tmp_path / "swapped.npy")
+    assert swapped[6] == 2 and swapped[0] == len(entries) - 2 and swapped[1] == 2
+    np.testing.assert_array_equal(swapped[4], cold[4])
+
+
+def test_an_entry_holds_its_key_and_digest():
+    payload = b"program\nbytes"
+    blob = pc.entry_bytes("k1", payload)
+    assert pc.verified_payload("k1", blob) == payload
+    with pytest.raises(pc.RejectedEntry, match="another key"):
+        pc.verified_payload("k2", blob)
+    with pytest.raises(pc.RejectedEntry, match="digest"):
+        pc.verified_payload("k1", blob[:-1] + b"X")
+    with pytest.raises(pc.RejectedEntry, match="format"):
+        pc.verified_payload("k1", payload)
 
 
 def test_a_stored_program_that_fails_to_run_is_compiled_again(tmp_path, monkeypatch):

@@ -8,12 +8,15 @@ program, and on an AVX-512 CPU an ERROR unless XLA's code is capped at AVX2
 (``approxcv/_compilation_cache.py``) — and both must leave stderr empty, progress
 bars included (stderr is a pipe here, not a terminal: ``approxcv/_progress.py``).
 """
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from approxcv import _compilation_cache, _progress
+import pytest
+
+from approxcv import _compilation_cache, _program_cache, _progress
 from tests.conftest import ROOT, cache_child_env
 
 README_SMALL = """
@@ -62,6 +65,93 @@ def test_cache_directory_is_per_cpu_and_movable(monkeypatch, tmp_path):
     monkeypatch.setenv(_compilation_cache.DIR_ENV, str(tmp_path))
     assert _compilation_cache.cache_dir() == tmp_path / _compilation_cache.cpu_tag()
     assert _compilation_cache.cpu_tag() == _compilation_cache.cpu_tag()
+
+
+def test_a_tilde_in_a_cache_directory_is_expanded(monkeypatch, tmp_path):
+    """``APPROXCV_COMPILATION_CACHE_DIR="~/..."`` (no shell expanded it) is the home
+    directory's, never a literal ``~`` folder; so are ``$XDG_CACHE_HOME`` and the program
+    cache's directory."""
+    tag = _compilation_cache.cpu_tag()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv(_compilation_cache.DIR_ENV, "~/acv")
+    assert _compilation_cache.cache_dir() == tmp_path / "acv" / tag
+    monkeypatch.delenv(_compilation_cache.DIR_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", "~/xdg")
+    assert _compilation_cache.cache_dir() == tmp_path / "xdg" / "approxcv" / "jax" / tag
+    _program_cache.use_directory("~/programs")
+    try:
+        assert _program_cache.directory() == tmp_path / "programs"
+    finally:
+        _program_cache.use_directory(None)
+    # in a process that configures the cache, run from the home directory
+    code = "import approxcv; print(approxcv.compilation_cache_dir)"
+    env = cache_child_env("~/acv", {"HOME": str(tmp_path)})
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split() == [str(tmp_path / "acv" / tag)] and out.stderr == "", out
+    assert not (tmp_path / "~").exists()
+
+
+#: imports approxcv, compiles three small programs with JAX's cache consulted for each,
+#: and prints the warnings seen (recorded, so that stderr holds only what escapes them),
+#: then the cache directory in use and why it is off
+CACHE_WARNINGS = """
+import json, warnings
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    import approxcv as acv
+    import jax, jax.numpy as jnp
+    from approxcv import _compilation_cache
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    for n in range(1, 4):
+        jax.jit(lambda x: jnp.sin(x) * n)(jnp.ones(n)).block_until_ready()
+print(json.dumps([[w.category.__name__, str(w.message)] for w in seen]))
+print(acv.compilation_cache_dir, "|", _compilation_cache.off_reason)
+"""
+
+
+def _unusable_cache(base: Path, kind: str) -> Path:
+    """A cache directory under ``base`` that JAX's cache cannot use: ``read-only``, its
+    lock file a directory (``damaged``), or below a regular file (``under a file``)."""
+    where = base / _compilation_cache.cpu_tag()
+    if kind == "under a file":
+        base.write_text("not a directory")
+        return where
+    where.mkdir(parents=True)
+    if kind == "damaged":
+        (where / ".lockfile").mkdir()           # JAX's lock file (jax/_src/lru_cache.py)
+        return where
+    where.chmod(0o555)
+    try:
+        (where / "probe").touch()
+    except OSError:
+        return where
+    where.chmod(0o755)
+    pytest.skip("a read-only directory can be written here (running as root: chmod does "
+                "not stop root's writes); the 'damaged' and 'under a file' cases cover it")
+
+
+@pytest.mark.parametrize("kind", ["read-only", "damaged", "under a file"])
+def test_an_unusable_cache_directory_is_one_warning(tmp_path, kind):
+    """A directory JAX's cache cannot use (once: JAX's raw ``UserWarning`` for every program
+    read and written, or a silent fallback where it could not be created): one
+    ``CompilationCacheWarning`` naming the directory, the cache off, nothing on stderr."""
+    base = tmp_path / "cache"
+    where = _unusable_cache(base, kind)
+    try:
+        proc = subprocess.run([sys.executable, "-c", CACHE_WARNINGS],
+                              env=cache_child_env(base), capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        if where.exists():
+            where.chmod(0o755)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+    seen, status = proc.stdout.splitlines()
+    seen = json.loads(seen)
+    assert [category for category, _ in seen] == ["CompilationCacheWarning"], seen
+    assert str(where) in seen[0][1] and _compilation_cache.DISABLE_ENV in seen[0][1]
+    in_use, off_reason = status.split(" | ")
+    assert in_use == "None" and str(where) in off_reason
 
 
 def test_loader_gate_needs_avx512_and_an_affected_jaxlib(monkeypatch):
