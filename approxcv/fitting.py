@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 
+from .errors import user_stacklevel
 from .errors import ConvergenceWarning, FitError
 from .optim import MAX_DENSE_DIM, MinimizeResult, single_start
 from ._compile import host_workers
@@ -109,7 +110,7 @@ def best_start(res, name: str, limit: str, **record):
         pool = np.flatnonzero(np.isfinite(values))
         warnings.warn(f"{name}.fit: no start converged in {limit}; returning the best "
                       f"(gradient norm {float(np.min(np.asarray(res.grad_norm)[pool])):.3g})",
-                      ConvergenceWarning, stacklevel=4)
+                      ConvergenceWarning, stacklevel=user_stacklevel())
     best = int(pool[np.argmin(values[pool])])
     return res.u[best], {"objective": values, "converged": converged,
                          "grad_norm": np.asarray(res.grad_norm),

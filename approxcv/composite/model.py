@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import user_stacklevel
 from .._compile import jit
 from .._validate import check_positive, check_positive_int
 from ..errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
@@ -233,12 +234,12 @@ class SCLModel(Model):
                     "objective keeps decreasing along them (e.g. a node never on in the "
                     "data) and no prior holds them; the fit is not converged and its "
                     "variance and CV are not meaningful. Pass `prior_var` or drop the "
-                    "unobserved part of the model", NonIdentifiableWarning, stacklevel=2)
+                    "unobserved part of the model", NonIdentifiableWarning, stacklevel=user_stacklevel())
                 return SCLParams(u)
         if not self.fit_result_["converged"]:
             warnings.warn(f"SCL fit did not converge in {self.max_steps} steps (gradient norm "
                           f"{self.fit_result_['grad_norm']:.3g})", ConvergenceWarning,
-                          stacklevel=2)
+                          stacklevel=user_stacklevel())
         return SCLParams(u)
 
     def static_key(self) -> tuple:

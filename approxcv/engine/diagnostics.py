@@ -7,6 +7,7 @@ import warnings
 import jax
 import numpy as np
 
+from ..errors import user_stacklevel
 from ..optim.precondition import PRECONDITION_EIG_FLOOR
 from ..errors import (ConvergenceWarning, InexactFitWarning, NotPositiveDefiniteError,
                       UnreliableFoldWarning)
@@ -32,7 +33,7 @@ def _stationarity(grad, step, u_full, warn: bool) -> dict:
         warnings.warn(
             f"the supplied parameters are not a stationary point: gradient norm {grad_norm:.3g}, "
             f"Newton step to the optimum {step_norm:.3g}; approximate CV is taken around "
-            f"this inexact fit", InexactFitWarning, stacklevel=4)
+            f"this inexact fit", InexactFitWarning, stacklevel=user_stacklevel())
     return {"grad_norm": grad_norm, "newton_step_norm": step_norm, "inexact_fit": bool(inexact)}
 
 
@@ -76,7 +77,7 @@ def cg_diagnostics(grad, step, cg, u_full, rtol: float, max_steps: int, warn: bo
             f"conjugate gradients did not reach rtol={rtol:g} in {max_steps} steps for "
             f"{int((~converged).sum())} of {converged.size} systems (largest relative residual "
             f"{float(np.max(cg.residual_norm)):.3g}); raise `cg_max_steps` "
-            "(recorded in diagnostics['cg_converged'])", ConvergenceWarning, stacklevel=3)
+            "(recorded in diagnostics['cg_converged'])", ConvergenceWarning, stacklevel=user_stacklevel())
     out = _stationarity(grad, step, u_full, warn)
     out.update({"hessian_min_eig": float(min_curv.min()), "hessian_min_eig_is_bound": True,
                 "hessian_max_eig": float("nan"), "jitter": 0.0,
@@ -209,7 +210,7 @@ def record_unreliable(diagnostics: dict, fold_loss, folds, method: str, warn: bo
             "Their numbers are kept but are not estimates; listed in "
             "diagnostics['unreliable_folds'] (by cause: diagnostics['unreliable_causes'])."
             f"{remedies(causes)}",
-            UnreliableFoldWarning, stacklevel=3)
+            UnreliableFoldWarning, stacklevel=user_stacklevel())
 
 
 def fit_state(problem, options, strict: bool = True, with_hessian: bool = False):

@@ -19,6 +19,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import scipy.linalg
 
+from ..errors import user_stacklevel
 from ..errors import JitterWarning, NotPositiveDefiniteError
 
 #: largest number of parameters for which dense Hessians are formed by default (the
@@ -79,7 +80,7 @@ def factor_hessian(hess, name: str = "Hessian", warn: bool = True) -> HessianFac
             warnings.warn(
                 f"the {name} is not positive definite (smallest eigenvalue {min_eig:.3g}); "
                 f"added jitter {jitter:.3g} x I (recorded in diagnostics['jitter'])",
-                JitterWarning, stacklevel=3)
+                JitterWarning, stacklevel=user_stacklevel())
     chol = np.linalg.cholesky(hess + jitter * np.eye(hess.shape[0]))
     cond = (max_eig + jitter) / (min_eig + jitter)
     return HessianFactor(jnp.asarray(chol), jitter, min_eig, max_eig, float(cond),

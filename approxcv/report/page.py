@@ -19,6 +19,7 @@ import json
 import warnings
 from pathlib import Path
 
+from ..errors import user_stacklevel
 from .._version import __version__
 from . import markup as H
 from .exact import approx_exact_section, error_section, find_pairs
@@ -106,7 +107,7 @@ def build_report(result_dir, out=None, *, warn: bool = True) -> Path:
         raise InvalidArgumentError(f"`result_dir`: {nothing_read(result_dir, skipped)}")
     if skipped and warn:
         warnings.warn(f"the report of {str(result_dir)!r} skips {len(skipped)} file(s): "
-                      + "; ".join(s.reason for s in skipped), ResultFileWarning, stacklevel=2)
+                      + "; ".join(s.reason for s in skipped), ResultFileWarning, stacklevel=user_stacklevel())
     out = report_path(result_dir, out)
     write_atomic(out, report_html(saved, result_dir, read_summary(result_dir), skipped))
     return out

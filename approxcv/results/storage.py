@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..errors import user_stacklevel
 from ..folds import Folds
 from ..errors import ArgumentTypeError, ResultFileError, ResultFileWarning, ResultWriteError
 
@@ -539,5 +540,5 @@ def load_results(directory, *, skip_damaged: bool = False) -> dict:
                                   f"saved results: {listing}. Pass skip_damaged=True to load "
                                   "the others")
         warnings.warn(f"skipped {len(bad)} file(s) that cannot be read as saved results: "
-                      f"{listing}", ResultFileWarning, stacklevel=2)
+                      f"{listing}", ResultFileWarning, stacklevel=user_stacklevel())
     return {s.label: s.result for s in found}

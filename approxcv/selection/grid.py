@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..errors import user_stacklevel
 from ..api import _OPTION_NAMES, cross_validate
 from .. import errors as _errors
 from ..errors import (ApproxCVError, ArgumentTypeError, EmptyStateWarning, FitError,
@@ -413,4 +414,4 @@ def warn_entries(who: str, failures: Mapping, table: pd.DataFrame,
         parts.append("flagged (see the table's `flag`): " + "; ".join(
             f"{lab!r}: {f}" for lab, f in flagged.items()))
     if parts:
-        warnings.warn(f"{who}: " + ". ".join(parts), GridEntryWarning, stacklevel=3)
+        warnings.warn(f"{who}: " + ". ".join(parts), GridEntryWarning, stacklevel=user_stacklevel())

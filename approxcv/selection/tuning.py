@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from ..errors import user_stacklevel
 from .._validate import check_choice, check_positive, check_positive_int
 from ..engine.registry import get_method
 from ..errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
@@ -151,7 +152,7 @@ def _warn_support_change(u, support_prev, it, warn, warned) -> bool:
         return warned
     if warn:
         warnings.warn(f"the support changed at iteration {it}; ALOOCV and its gradient are "
-                      "piecewise smooth in lam", SupportChangeWarning, stacklevel=3)
+                      "piecewise smooth in lam", SupportChangeWarning, stacklevel=user_stacklevel())
     return True
 
 
@@ -214,10 +215,10 @@ def _tune_newton(model, prepared, lam, max_iter, test, cv_thunk_for, u0=None,
         gmax = float(jnp.max(jnp.abs(res.grad)))
         warnings.warn(f"tune_regularization (newton): the gradient test was not met in "
                       f"{max_iter} steps (|dACV/dlog lam| = {gmax:.3g}); or a Hessian "
-                      "needed jitter", ConvergenceWarning, stacklevel=3)
+                      "needed jitter", ConvergenceWarning, stacklevel=user_stacklevel())
     if not bool(res.refit_converged):
         warnings.warn("tune_regularization (newton): a refit along the path did not reach "
-                      "its gradient tolerance", ConvergenceWarning, stacklevel=3)
+                      "its gradient tolerance", ConvergenceWarning, stacklevel=user_stacklevel())
     best_lam = np.exp(np.asarray(res.rho))
     best_model = model.with_lam(best_lam)
     best_params = best_model.flat_to_params(u)

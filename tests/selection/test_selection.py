@@ -191,3 +191,14 @@ def test_a_degenerate_fit_is_flagged_and_ranked_below_the_others(ridge_data):
                                -plain.loc["strong", "elpd_diff"], rtol=1e-12)
     np.testing.assert_allclose(t.loc["degenerate", "dse"], plain.loc["strong", "dse"],
                                rtol=1e-12)
+
+
+def test_warnings_inside_select_point_at_the_users_call(ridge_data):
+    """An unreliable-fold warning raised by cross_validate inside select's task points at
+    the line that called select (it pointed at selection/grid.py), and says what to do."""
+    folds = acv.folds.kfold(N, 4)
+    with pytest.warns(acv.errors.UnreliableFoldWarning, match="To fix: method='auto'") as rec:
+        acv.select(acv.models.Ridge, [{"lam": 0.01}], ridge_data, folds, "ij", tol=1e-14,
+                   progress=False)
+    assert {w.filename for w in rec if w.category is acv.errors.UnreliableFoldWarning} == {
+        __file__}

@@ -40,6 +40,7 @@ import warnings
 
 import numpy as np
 
+from ...errors import user_stacklevel
 from ..audit import refit_problem
 from ..diagnostics import unreliable_causes
 from ..fold_buckets import bucketed
@@ -216,7 +217,7 @@ def record_better_optima(diagnostics, causes, better, method, warn: bool):
     causes["fit_not_best_optimum"] = method != "exact"
     if warn:
         warnings.warn(better_optimum_message(int(ids.size), int(method.size), gap, first),
-                      LocalOptimumWarning, stacklevel=5)
+                      LocalOptimumWarning, stacklevel=user_stacklevel())
 
 
 def auto(problem, folds, options):

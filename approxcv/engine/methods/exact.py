@@ -48,6 +48,7 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 
+from ...errors import user_stacklevel
 from ...errors import (ConvergenceWarning, InvalidArgumentError, LocalOptimumWarning,
                        NoWorkersError)
 from ...executors import check_executor, run_batches
@@ -163,7 +164,7 @@ def _record_better_optima(diagnostics, problem, refits, folds, warn, at_fit):
     if warn and not diagnostics.get("inexact_fit", False):
         first = int(folds.ids[better][np.argmin(at_refits[better])])
         warnings.warn(better_optimum_message(int(better.sum()), len(folds), gap, first),
-                      LocalOptimumWarning, stacklevel=4)
+                      LocalOptimumWarning, stacklevel=user_stacklevel())
 
 
 def better_optimum_message(count: int, n_folds: int, gap: float, first: int) -> str:
@@ -335,7 +336,7 @@ def exact(problem, folds, options):
         warnings.warn(f"exact refits of {int((~converged).sum())} fold(s) did not converge "
                       f"(fold ids {folds.ids[~converged][:10].tolist()}); their results are "
                       "kept and listed in diagnostics['unreliable_folds']",
-                      ConvergenceWarning, stacklevel=3)
+                      ConvergenceWarning, stacklevel=user_stacklevel())
     _record_better_optima(diagnostics, problem, params, folds, options.warn, at_fit)
     diagnostics["stage_seconds"]["refit"] = time.perf_counter() - t
     return jnp.asarray(params), diagnostics

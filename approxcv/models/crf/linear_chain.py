@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...errors import user_stacklevel
 from ..._validate import check_positive, check_positive_int
 from ...errors import (BadlyScaledDataError, ConvergenceWarning, FitError,
                        InvalidArgumentError, InvalidDataError)
@@ -358,7 +359,7 @@ class LinearChainCRF(Model):
         if not info["converged"]:
             warnings.warn(f"{type(self).__name__}.fit did not converge in {self.max_steps} "
                           f"steps (gradient norm {info['grad_norm']:.3g})",
-                          ConvergenceWarning, stacklevel=2)
+                          ConvergenceWarning, stacklevel=user_stacklevel())
         return LinearChainCRFParams(*(np.asarray(p) for p in problem.unravel(u)))
 
     def predict(self, params, features) -> list:

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...errors import user_stacklevel
 from ..._validate import as_real_array, check_finite, check_positive_int
 from ..._compile import jit
 from ...fitting import single_run
@@ -387,7 +388,7 @@ class ERM(Model):
                            "separable or collinear data?")
         if not info["converged"]:
             warnings.warn(f"{name}.fit did not converge in {self.max_steps} steps (gradient "
-                          f"norm {info['grad_norm']:.3g})", ConvergenceWarning, stacklevel=3)
+                          f"norm {info['grad_norm']:.3g})", ConvergenceWarning, stacklevel=user_stacklevel())
 
     # ------------------------------------------- capabilities (models/base.py)
     def glm_structure(self, data: ERMData):

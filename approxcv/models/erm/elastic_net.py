@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ...errors import user_stacklevel
 from ..._validate import check_positive_int
 from ...errors import ApproxCVWarning, InvalidArgumentError
 from ...optim import MinimizeResult
@@ -311,7 +312,7 @@ class ElasticNet(ERM):
                 f"the elastic net ({int(flips.sum())} with a coefficient changing sign, "
                 f"{int(enters.sum())} with one entering); the support-restricted "
                 "approximation is inexact there (diagnostics['support_change'])",
-                SupportChangeWarning, stacklevel=5)
+                SupportChangeWarning, stacklevel=user_stacklevel())
         return {"support_change": changed}
 
     def __repr__(self) -> str:

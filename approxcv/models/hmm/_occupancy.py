@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...errors import user_stacklevel
 from ...errors import EmptyStateWarning
 from ...inference import chain
 from ..._compile import jit
@@ -63,5 +64,5 @@ def check_occupancy(model, params, seqs, occupancy=None):
             f"data: {', '.join(f'{occupancy[k]:.3g}' for k in empty)} expected observed "
             f"step(s) of {num_observed:.0f} (threshold {threshold:.3g}), an empty or "
             "collapsed state; try fewer states or other starts (n_init, seed)",
-            EmptyStateWarning, stacklevel=3)
+            EmptyStateWarning, stacklevel=user_stacklevel())
     return params

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...errors import user_stacklevel
 from ..._validate import (as_real_array, check_counts as check_count_values, check_finite,
                           check_positive, check_positive_int)
 from ...optim import batched_minimize
@@ -314,7 +315,7 @@ class HMM(ChainWindows, Model):
         if kept:
             params = split
             for w in caught:                 # the kept fit's own warnings (empty states)
-                warnings.warn(w.message, w.category, stacklevel=3)
+                warnings.warn(w.message, w.category, stacklevel=user_stacklevel())
         else:
             self.fit_result_ = record
         remaining = occupied(coinciding_states(self, params),
@@ -331,7 +332,7 @@ class HMM(ChainWindows, Model):
                 f"{len(starts)} split starts found no lower optimum. Cross-validation at "
                 "these parameters marks every fold as conditional on a fit that may not "
                 "be the optimum; try more starts (n_init), other starts (init_params) or "
-                "fewer states", LocalOptimumWarning, stacklevel=3)
+                "fewer states", LocalOptimumWarning, stacklevel=user_stacklevel())
         return params
 
     def fit_concerns(self, params, data=None, level: str | None = None) -> dict:

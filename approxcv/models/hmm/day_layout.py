@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 
+from ...errors import user_stacklevel
 from ...errors import ApproxCVWarning, ArgumentTypeError, InvalidDataError
 
 __all__ = ["timestamps", "day_layout"]
@@ -67,5 +68,5 @@ def day_layout(index) -> tuple[int, int]:
         warnings.warn(
             f"`series` skips a day of its {weekdays.size}-day cycle after "
             f"{per_date.index[gaps[0]].date()} ({gaps.size} such gap(s)): the day effects "
-            "after it are shifted", ApproxCVWarning, stacklevel=3)
+            "after it are shifted", ApproxCVWarning, stacklevel=user_stacklevel())
     return slots, int(weekdays.size)
