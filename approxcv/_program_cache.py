@@ -397,11 +397,12 @@ def namespace_digest() -> str:
     :class:`Unkeyable` when a function, class or mock of a script or test (a module of no
     installed library) is bound in approxcv's namespace."""
     h = hashlib.sha256()
-    for name in sorted(m for m in sys.modules if _root(m) == "approxcv"):
-        module = sys.modules[name]
+    for name in sorted(m for m in list(sys.modules) if _root(m) == "approxcv"):
+        module = sys.modules.get(name)
         if module is None:
             continue
-        for attr, value in sorted(vars(module).items()):
+        # a copy: a lazy import in another thread may bind a name meanwhile
+        for attr, value in sorted(dict(vars(module)).items()):
             _setting(h, f"{name}.{attr}", value, name)
             if isinstance(value, type) and value.__module__ == name:
                 for cattr, cvalue in sorted(vars(value).items()):

@@ -3,7 +3,8 @@
 One subpackage per family — :mod:`.hmm` (hidden Markov models and the time-varying
 Poisson event model), :mod:`.erm` (regularised empirical risk minimisation), :mod:`.crf`
 (conditional random fields), :mod:`.mrf` (hidden Markov random fields), :mod:`.gp`
-(Gaussian processes) — on the one
+(Gaussian processes), and :mod:`.pointwise` (a model from a user's per-unit
+log-likelihood) — on the one
 protocol in :mod:`.base`; every public class is also available here as
 ``approxcv.models.<Name>``.
 """
@@ -25,6 +26,7 @@ _FAMILIES = {
     "crf": ("LinearChainCRF", "LinearChainCRFParams"),
     "mrf": ("HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData"),
     "gp": ("GP", "GPParams"),
+    "pointwise": ("Pointwise",),
 }
 _FAMILY_OF = {name: family for family, names in _FAMILIES.items() for name in names}
 
@@ -49,7 +51,7 @@ __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "PoissonRegression", "PoissonRegressionParams", "ElasticNet", "ElasticNetOnSupport",
            "ElasticNetParams", "SupportChangeWarning", "LinearChainCRF", "LinearChainCRFParams",
            "HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData",
-           "GP", "GPParams"]
+           "GP", "GPParams", "Pointwise"]
 
 # Modules of the flat layout before the family subpackages (approxcv <= 0.1's
 # ``approxcv.models.poisson_hmm`` etc.) stay importable under their old names, so older

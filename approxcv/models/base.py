@@ -15,7 +15,13 @@ A model is immutable hyperparameters plus pure functions of ``(params, data, wei
 * ``param_constraints()``: a tree beside the parameters whose leaves are
   :class:`~approxcv.models.constraints.Constraint` bijectors (``constrain``/``unconstrain``
   and the validation of user parameters derive from it);
-* ``fit(data, level=None)``: the full-data fit.
+* ``fit(data, level=None)``: the full-data fit; the default (:meth:`Model.fit`) is the MAP
+  by approxcv's optimiser from ``init_params`` (``n_init`` starts).
+
+``prepare`` receives the user's data: the engine passes data through it several times, but
+a model's own output comes back unchanged (:func:`prepares_once`), so ``prepare`` need not
+accept it; ``fit``, ``objective``, ``heldout_loss`` and ``init_params`` receive prepared
+data.
 
 Optional capabilities are *declared* here with their defaults, never sniffed:
 ``objective_scale(data)`` (normaliser of optimiser tolerances, default ``n_units``),
@@ -56,6 +62,7 @@ import numpy as np
 
 from . import constraints as C
 from ..errors import ArgumentTypeError, InvalidArgumentError
+from ..fitting import map_fit
 
 __all__ = ["Model", "left_out", "check_model", "check_weights", "PARAMS_ENTRY_POINTS",
            "checks_params"]
@@ -104,6 +111,33 @@ def checks_params(method):
     return checked
 
 
+#: the attribute holding a model's last ``prepare`` output (:func:`prepares_once`)
+_PREPARED = "_prepared_last"
+
+
+def prepares_once(prepare):
+    """``prepare`` that returns its last output unchanged when given that output's prepared
+    data again (the same object, at its level or ``level=None``).
+
+    ``cross_validate``, ``fit`` and the engine each pass the data through ``prepare``; the
+    first call receives the user's data, the later ones its output. With this wrapper a
+    model's ``prepare`` only ever sees the user's data (and data it has not prepared
+    itself), so it need not accept its own output — a user's ``prepare`` that reads, say, a
+    DataFrame is not handed a dict of arrays. The output is kept on the model (not pickled:
+    :meth:`Model.__getstate__`)."""
+    @functools.wraps(prepare)
+    def prepared_once(self, data, level=None):
+        last = self.__dict__.get(_PREPARED)
+        if last is not None and data is last[0] and level in (None, last[1]):
+            return last
+        out = prepare(self, data, level)
+        if isinstance(out, tuple) and len(out) == 3:
+            self.__dict__[_PREPARED] = out
+        return out
+    prepared_once.__wrapped_prepare__ = prepare
+    return prepared_once
+
+
 def check_model(model) -> None:
     """Raise :class:`~approxcv.errors.ArgumentTypeError` naming what ``model`` lacks."""
     missing = [a for a in PROTOCOL if not callable(getattr(model, a, None))]
@@ -149,12 +183,22 @@ class Model:
     compute_profile: str | None = None
 
     def __init_subclass__(cls, **kwargs):
-        """Wrap the subclass's own :data:`PARAMS_ENTRY_POINTS` in :func:`checks_params`."""
+        """Wrap the subclass's own :data:`PARAMS_ENTRY_POINTS` in :func:`checks_params`,
+        and its ``prepare`` in :func:`prepares_once`."""
         super().__init_subclass__(**kwargs)
         for name in PARAMS_ENTRY_POINTS:
             method = cls.__dict__.get(name)
             if inspect.isfunction(method):
                 setattr(cls, name, checks_params(method))
+        if inspect.isfunction(cls.__dict__.get("prepare")):
+            cls.prepare = prepares_once(cls.__dict__["prepare"])
+
+    def __getstate__(self):
+        """The model's attributes without the last prepared data (:func:`prepares_once`):
+        a model sent to a worker does not carry a copy of the data with it."""
+        state = dict(self.__dict__)
+        state.pop(_PREPARED, None)
+        return state
 
     # ----------------------------------------------------------- identity
     def static_key(self) -> tuple:
@@ -191,7 +235,7 @@ class Model:
         the shapes :meth:`numbers` gives; traced inside compiled programs), unchecked:
         the engine's way to evaluate one model structure at many values."""
         new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
+        new.__dict__.update(self.__getstate__())
         for k, v in numbers.items():
             setattr(new, k, v)
         return new
@@ -225,8 +269,23 @@ class Model:
     def param_constraints(self):
         raise NotImplementedError
 
+    #: starts (``init_params(data, level, n_init, seed)``) and step limit of the default
+    #: :meth:`fit`; a subclass or an instance may set its own
+    n_init: int = 1
+    seed: int = 0
+    max_steps: int = 1000
+
     def fit(self, data, level: str | None = None):
-        raise NotImplementedError
+        """MAP fit by approxcv's optimiser (the default; a model may fit its own way):
+        ``argmin_u F(u, 1)`` from the ``n_init`` starts of :meth:`init_params` (``seed``),
+        BFGS then two Newton steps, the best start kept
+        (:func:`approxcv.fitting.map_fit`); returns constrained parameters in the
+        structure of :meth:`init_params`' and records the run in ``self.fit_result_``.
+        ``data`` is the user's data (``prepare`` is applied here, once)."""
+        prepared, level, _ = self.prepare(data, level)
+        starts = self.init_params(prepared, level, int(self.n_init), int(self.seed))
+        params, self.fit_result_ = map_fit(self, prepared, level, starts, int(self.max_steps))
+        return jax.tree_util.tree_map(np.asarray, params)
 
     # -------------------------------------------------------- capabilities
     def objective_scale(self, data) -> float | None:

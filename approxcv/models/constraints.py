@@ -18,10 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._arrays import array_module
+from ..errors import ArgumentTypeError, InvalidArgumentError
 from ._transforms import logits_to_log_simplex
 
-__all__ = ["Constraint", "Real", "Positive", "Simplex", "LowerCholesky", "constrain",
-           "unconstrain", "check_constraints"]
+__all__ = ["Constraint", "Real", "Positive", "Unit", "Simplex", "LowerCholesky",
+           "constrain", "unconstrain", "check_constraints", "by_name", "NAMES"]
 
 
 class Constraint:
@@ -70,6 +71,25 @@ class Positive(Constraint):
 
     def check(self, value):
         return super().check(value) or (None if np.all(value > 0) else "must be > 0")
+
+
+@dataclass(frozen=True)
+class Unit(Constraint):
+    """``theta = 1 / (1 + exp(-u))``: the open unit interval ``(0, 1)`` (a probability, an
+    AR coefficient of a stationary process mapped to ``2 theta - 1`` by the user)."""
+    maps_numpy_rows = True
+
+    def forward(self, u):
+        xp = array_module(u)
+        return 1.0 / (1.0 + xp.exp(-u))
+
+    def inverse(self, value):
+        xp = array_module(value)
+        return xp.log(value) - xp.log1p(-value)
+
+    def check(self, value):
+        return super().check(value) or (None if np.all((value > 0) & (value < 1))
+                                         else "must lie in (0, 1)")
 
 
 @dataclass(frozen=True)
@@ -149,6 +169,29 @@ class LowerCholesky(Constraint):
         return None
 
 
+#: the constraints a user may name by a string (``approxcv.models.Pointwise``)
+NAMES = {"real": Real, "positive": Positive, "unit": Unit, "simplex": Simplex}
+
+
+def by_name(spec, where: str = "constraint") -> Constraint:
+    """A :class:`Constraint` from a name of :data:`NAMES` or a constraint object.
+
+    Raises:
+        InvalidArgumentError: an unknown name (the message lists the names).
+        ArgumentTypeError: neither a string nor a constraint.
+    """
+    if isinstance(spec, Constraint):
+        return spec
+    if isinstance(spec, str):
+        if spec not in NAMES:
+            raise InvalidArgumentError(f"{where}: unknown constraint {spec!r}; use one of "
+                                       f"{sorted(NAMES)} or an approxcv.models.constraints "
+                                       "object")
+        return NAMES[spec]()
+    raise ArgumentTypeError(f"{where} must be a constraint name ({sorted(NAMES)}) or an "
+                            f"approxcv.models.constraints object, got {type(spec).__name__}")
+
+
 def _is_constraint(x) -> bool:
     return isinstance(x, Constraint)
 
@@ -180,10 +223,16 @@ def check_constraints(constraints, params, name: str = "params") -> list[str]:
     fields = getattr(type(params), "_fields", None)
     problems = []
     leaves_c = jax.tree_util.tree_leaves(constraints, is_leaf=_is_constraint)
-    leaves_p = jax.tree_util.tree_leaves(params)
-    for i, (c, p) in enumerate(zip(leaves_c, leaves_p)):
+    with_paths = jax.tree_util.tree_flatten_with_path(params)[0]
+    for i, (c, (path, p)) in enumerate(zip(leaves_c, with_paths)):
         msg = c.check(np.asarray(p, dtype=np.float64))
         if msg:
-            label = fields[i] if fields and len(fields) == len(leaves_p) else f"leaf {i}"
-            problems.append(f"`{name}.{label}` {msg}")
+            if fields and len(fields) == len(with_paths):
+                label = f"{name}.{fields[i]}"
+            elif isinstance(params, (dict, list)) or (path and not isinstance(
+                    params, tuple)):
+                label = f"{name}{jax.tree_util.keystr(path)}"      # init['sigma']
+            else:
+                label = f"{name}.leaf {i}"
+            problems.append(f"`{label}` {msg}")
     return problems
