@@ -36,7 +36,10 @@ def check_counts(name: str, array, what: str = "") -> np.ndarray:
 
 
 def check_positive_int(name: str, value, minimum: int = 1) -> int:
-    """Return ``int(value)``; raise if it is not an integer ``>= minimum``."""
+    """Return ``int(value)``; raise if it is not an integer ``>= minimum`` (a Python or NumPy
+    integer, or a 0-d integer array)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iu":
+        value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidArgumentError(f"`{name}` must be an integer, got {value!r}")
     if value < minimum:
@@ -61,6 +64,49 @@ def as_real_array(name: str, x) -> np.ndarray:
         raise ArgumentTypeError(f"`{name}` must be a numeric array of real numbers, got dtype "
                                 f"{arr.dtype}")
     return arr
+
+
+def real_number(name: str, value, what: str = "a real number") -> float:
+    """``float(value)`` for one real number: a Python ``int`` or ``float``, a NumPy integer
+    or floating scalar (``np.float32(0.01)``) or a 0-d array of one (NaN and inf pass: ranges
+    are :func:`check_in_range`'s). Raises ``ArgumentTypeError`` naming ``name`` (``what``:
+    what it must be) for booleans, strings, ``None``, complex numbers and arrays of more
+    than one number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    arr = None
+    if not isinstance(value, (bool, np.bool_, str, bytes)) and value is not None:
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError):
+            arr = None
+    if arr is None or arr.ndim != 0 or arr.dtype.kind not in "iuf":
+        raise ArgumentTypeError(f"`{name}` must be {what}, got {value!r}")
+    return float(arr)
+
+
+def _interval(low: float, high: float, closed: str) -> str:
+    """``[0, inf)``-style notation of an interval (``closed``: as :func:`check_in_range`)."""
+    left = "[" if closed in ("both", "left") else "("
+    right = "]" if closed in ("both", "right") else ")"
+    return f"{left}{low:g}, {high:g}{right}"
+
+
+def check_in_range(name: str, value, low: float = -np.inf, high: float = np.inf,
+                   closed: str = "both", what: str = "") -> float:
+    """Return ``value`` as a ``float`` (:func:`real_number`: NumPy scalars and 0-d arrays
+    included) if it lies in the interval from ``low`` to ``high``, ``closed`` at ``"both"``
+    ends, the ``"left"``, the ``"right"`` or ``"neither"`` (scikit-learn's ``Interval``
+    convention; an infinite bound closed admits inf), else raise
+    ``InvalidArgumentError`` naming ``name`` and the interval (``what``: said after it,
+    e.g. " (inf: no penalty)"). NaN is never in range."""
+    number = real_number(name, value, f"a number in {_interval(low, high, closed)}{what}")
+    above = number >= low if closed in ("both", "left") else number > low
+    below = number <= high if closed in ("both", "right") else number < high
+    if not (above and below):
+        raise InvalidArgumentError(f"`{name}` must be a number in "
+                                   f"{_interval(low, high, closed)}{what}, got {value!r}")
+    return number
 
 
 def check_positive(name: str, value) -> float:

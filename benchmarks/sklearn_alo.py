@@ -16,9 +16,14 @@ Writes benchmarks/results/sklearn_alo.json (one process, one machine):
    sample, and the number of unreliable samples.
 4. ALOSearchCV over five C values, then over five others (first in the process: the first
    search compiles, the second reuses every program).
+5. RidgeALO on wide designs (p > n): the n x n dual search against the general (primal)
+   search on 30 x 400 (the primal's first fit, with compilation, and a warm one; the ratio
+   of the warm times), the largest relative difference of their grids' ALOOCV, and the dual
+   alone on 30 x 2,000 (the primal did not finish in 20 minutes there).
 
-Usage: python benchmarks/sklearn_alo.py [--lrcv-n N]  (LogisticRegressionCV on the first N
-samples of a shuffled breast cancer: it refits 20 x n models; default: all 569).
+Usage: python benchmarks/sklearn_alo.py [--lrcv-n N] [--only ridge_wide]  (LogisticRegressionCV
+on the first N samples of a shuffled breast cancer: it refits 20 x n models; default: all
+569; ``--only ridge_wide`` runs section 5 alone and updates its entry of the JSON).
 """
 from __future__ import annotations
 
@@ -279,18 +284,57 @@ def search_over_c():
     return out
 
 
+def ridge_wide():
+    """RidgeALO's dual search (``p > n``) against the primal one (section 5)."""
+    from approxcv.sklearn import _base
+    rng = np.random.default_rng(0)
+    out = {}
+    X = rng.normal(size=(30, 400))
+    y = X[:, :5] @ np.ones(5) + rng.normal(size=30)
+    alphas = [0.1, 1.0, 10.0]
+    dual_secs = warm_times(lambda: RidgeALO(alphas=alphas).fit(X, y))
+    dual = RidgeALO(alphas=alphas).fit(X, y)
+    use = _base.uses_dual
+    _base.uses_dual = lambda *a: False
+    try:
+        primal, first = timed(lambda: RidgeALO(alphas=alphas).fit(X, y))
+        primal_secs = warm_times(lambda: RidgeALO(alphas=alphas).fit(X, y), rounds=3)
+    finally:
+        _base.uses_dual = use
+    grid = lambda e: e.alo_path_[e.alo_path_["stage"] == "grid"]["acv"].to_numpy()  # noqa
+    out["30x400"] = {"dual_seconds_min_median": dual_secs, "primal_first_seconds": first,
+                     "primal_warm_seconds_min_median": primal_secs,
+                     "warm_ratio_primal_over_dual": primal_secs[0] / dual_secs[0],
+                     "dual_alpha_": dual.alpha_, "primal_alpha_": primal.alpha_,
+                     "max_rel_diff_grid_acv": float(np.max(np.abs(grid(dual) / grid(primal)
+                                                                  - 1)))}
+    X = rng.normal(size=(30, 2000))
+    y = X[:, :5] @ np.ones(5) + rng.normal(size=30)
+    out["30x2000"] = {"dual_seconds_min_median":
+                      warm_times(lambda: RidgeALO(alphas=alphas).fit(X, y)),
+                      "primal": "not run: no answer in 20 minutes (issue 55)"}
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--lrcv-n", type=int, default=569)
     parser.add_argument("--bbai-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["ridge_wide"])
     args = parser.parse_args()
     if args.bbai_only:
         print(json.dumps(bbai_fits()))
         return
+    if args.only == "ridge_wide":
+        result = json.loads(OUT.read_text()) if OUT.exists() else {}
+        result["ridge_wide"] = ridge_wide()
+        OUT.write_text(json.dumps(result, indent=2, default=float) + "\n")
+        print(json.dumps(result["ridge_wide"], indent=2, default=float))
+        return
     result = {"alo_search_over_C": search_over_c(),
               "breast_cancer_logistic": breast_cancer(args.lrcv_n),
               "ridge_vs_ridgecv": ridge_vs_ridgecv(),
-              "alo_score_vs_exact_loo": alo_vs_exact()}
+              "alo_score_vs_exact_loo": alo_vs_exact(), "ridge_wide": ridge_wide()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=2, default=float) + "\n")
     print(json.dumps(result, indent=2, default=float))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._validate import check_choice, check_positive, check_positive_int
+from .._validate import check_choice, check_in_range, check_positive, check_positive_int
 from .._placement import device_choice
 from ..errors import InvalidArgumentError
 from ..optim.hessian import SWEEP_BYTES
@@ -76,6 +76,14 @@ class Options:
 
     def __post_init__(self):
         check_options(self)
+        # NumPy scalars (np.float32(1e-3), np.int64(8)) and 0-d arrays are accepted; the
+        # run sees Python numbers (they key compiled programs and checkpoints)
+        for name in ("tol", "cg_rtol", "hessian_diagonal"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        for name in ("max_dense_dim", "cg_max_steps", "batch_size", "exact_batch_size",
+                     "structure_batch_size", "restarts", "max_exact", "audit"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, int(getattr(self, name)))
 
     def dense(self, dim: int, n_units: int = 0) -> bool:
         """Whether ``ij``/``ns`` form dense Hessians for ``dim`` parameters and ``n_units``
@@ -106,9 +114,7 @@ def check_options(options: Options) -> None:
     check_positive_int("structure_batch_size", options.structure_batch_size)
     if options.restarts is not None:
         check_positive_int("restarts", options.restarts, 0)
-    tol = options.tol
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < float("inf"):
-        raise InvalidArgumentError(f"`tol` must be a positive finite number, got {tol!r}")
+    check_positive("tol", options.tol)
     if options.max_exact is not None:
         check_positive_int("max_exact", options.max_exact, 0)
     check_positive_int("audit", options.audit, 0)
@@ -116,10 +122,8 @@ def check_options(options: Options) -> None:
     if not isinstance(options.in_sample, bool):
         raise InvalidArgumentError(
             f"`in_sample` must be True or False, got {options.in_sample!r}")
-    lam = options.hessian_diagonal
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0 <= lam < float("inf"):
-        raise InvalidArgumentError(
-            f"`hessian_diagonal` must be a finite number >= 0, got {lam!r}")
+    lam = check_in_range("hessian_diagonal", options.hessian_diagonal, 0.0, float("inf"),
+                         "left")
     if lam and options.solver == "cg":
         raise InvalidArgumentError("`hessian_diagonal` applies to dense Hessians; "
                                    "use solver='dense' or 'auto' with it")

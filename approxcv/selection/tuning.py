@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import user_stacklevel
-from .._validate import check_choice, check_positive, check_positive_int
+from .._validate import check_choice, check_in_range, check_positive, check_positive_int
 from ..engine.registry import get_method
 from ..errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
                      NotPositiveDefiniteError)
@@ -294,7 +294,7 @@ def tune_regularization(model, data, lam0, *, algorithm: str = "auto",
     if optimizer is not None and not hasattr(optimizer, "update"):
         raise ArgumentTypeError("`optimizer` must be an optax.GradientTransformation")
     lam = _check_lam0(model, lam0)
-    xtol = 0.0 if isinstance(xtol, (int, float)) and xtol == 0 else check_positive("xtol", xtol)
+    xtol = check_in_range("xtol", xtol, 0.0, float("inf"), "left")
     prepared, _, n = model.prepare(data)
     test = model.prepare(test_data)[0] if test_data is not None else None
     u_init = (None if init_params is None else

@@ -20,14 +20,15 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from ..api import cross_validate
-from ..errors import InvalidArgumentError
+from ..errors import ArgumentTypeError, InvalidArgumentError
 from ..folds import leave_one_out
 from ._exact_refinement import refine_exact
 from ._models import WEIGHTED_MODELS, pack_response, padded_rows
 from ._penalty_search import search_penalty
+from ._ridge_dual import dual_search
 
-__all__ = ["default_grid", "check_groups", "check_refine", "padded_rows", "padded_columns",
-           "fit_glm", "ALOFit", "_ALOLinear"]
+__all__ = ["default_grid", "check_grid", "check_groups", "check_refine", "padded_rows",
+           "padded_columns", "uses_dual", "fit_glm", "ALOFit", "_ALOLinear"]
 
 #: default grid of ``lam / sum(sample_weight)`` (standardised features: ``X^T X ~ n I``)
 GRID_PER_SAMPLE = np.logspace(-6, 2, 9)
@@ -49,6 +50,24 @@ def check_groups(penalty_groups, n_features: int):
     if g.min() != 0 or set(np.unique(g)) != set(range(g.max() + 1)):
         raise InvalidArgumentError("`penalty_groups` must use every index 0 .. m-1")
     return tuple(int(v) for v in g)
+
+
+def check_grid(name: str, values) -> np.ndarray:
+    """``values`` (a number or a sequence of them: Python, NumPy scalars or arrays of any
+    float or integer dtype) as a 1-D float64 array of positive finite numbers; else raise
+    naming ``name`` (the estimator's ``alphas`` or ``Cs``)."""
+    try:
+        v = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ArgumentTypeError(f"`{name}` must be a sequence of numbers, got "
+                                f"{values!r}") from None
+    if v.size == 0:
+        raise InvalidArgumentError(f"`{name}` must hold at least one value")
+    bad = v[~(np.isfinite(v) & (v > 0))]
+    if bad.size:
+        raise InvalidArgumentError(f"`{name}` must hold positive finite numbers, got "
+                                   f"{float(bad[0])} among {values!r}")
+    return v
 
 
 class ALOFit:
@@ -116,6 +135,26 @@ def check_refine(refine, groups):
     return refine
 
 
+def uses_dual(family: str, X, groups) -> bool:
+    """Whether :func:`fit_glm` searches in ridge's ``n x n`` dual form
+    (:mod:`approxcv.sklearn._ridge_dual`): ridge with one penalty weight on a wide design
+    (more features than samples), where the general search's ``(p + 1)``-square Hessians
+    cost ``O(p^3)`` per evaluation."""
+    return family == "ridge" and groups is None and X.shape[1] > X.shape[0]
+
+
+def _fit_ridge_dual(X, y, sw, grid, fit_intercept, newton_steps, refine, data) -> ALOFit:
+    """:func:`fit_glm` for :func:`uses_dual`: the dual search on the data as given (no
+    padding: its cost does not grow with compiled shapes). ``refine="exact"`` adds no
+    refits: for ridge ALOOCV is exact leave-one-out (the PRESS residuals), so its
+    minimiser is exact leave-one-out's and ``exact_loo`` is ALOOCV there."""
+    search = dual_search(X, y, sw, grid, fit_intercept, newton_steps)
+    fit = ALOFit(search, data, fit_intercept)
+    if refine == "exact":
+        fit.exact_loo = fit.acv
+    return fit
+
+
 def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps,
             refine=None) -> ALOFit:
     """Tune and fit a sample-weighted GLM (``family`` of :data:`WEIGHTED_MODELS`).
@@ -133,10 +172,15 @@ def fit_glm(family: str, X, y, sw, grid, groups, fit_intercept, newton_steps,
     ``refine="exact"`` goes on from ALOOCV's weight to exact leave-one-out's minimiser
     (:func:`~approxcv.sklearn._exact_refinement.refine_exact`; its evaluations are rows of
     ``path`` with ``stage="exact"``); the fit's ``acv`` is then ALOOCV at that weight and
-    ``exact_loo`` exact leave-one-out there."""
+    ``exact_loo`` exact leave-one-out there.
+
+    Ridge with one weight on a wide design (:func:`uses_dual`) searches in the ``n x n``
+    dual form instead (:mod:`approxcv.sklearn._ridge_dual`): the same ALOOCV and fit."""
     m = 1 if groups is None else max(groups) + 1
     lam0 = 1.0 if groups is None else tuple(np.ones(m))
     (n, p), data = X.shape, (X, pack_response(y, sw))
+    if uses_dual(family, X, groups):
+        return _fit_ridge_dual(X, y, sw, grid, fit_intercept, newton_steps, refine, data)
     p_pad = padded_columns(p)
     columns = np.zeros((n, p_pad))
     columns[:, :p] = X
@@ -170,14 +214,12 @@ class _ALOLinear(BaseEstimator):
         return X, y, sw
 
     def _grid(self, values, n_eff):
-        """``lam`` grid: the user's values converted, or :func:`default_grid`."""
+        """``lam`` grid: the user's values (``alphas`` or ``Cs``, :func:`check_grid`)
+        converted, or :func:`default_grid`."""
         if values is None:
             return default_grid(n_eff)
-        v = np.asarray(values, dtype=np.float64).reshape(-1)
-        if v.size == 0 or np.any(~np.isfinite(v)) or np.any(v <= 0):
-            raise InvalidArgumentError(f"the grid of {self._param_name} values must be "
-                                       "positive and finite")
-        return np.sort(self._to_lam(v, n_eff))
+        name = "Cs" if self._param_name == "C" else "alphas"
+        return np.sort(self._to_lam(check_grid(name, values), n_eff))
 
     def _fit_tuned(self, family: str, X, y, sw, values):
         """Tune one penalty of ``family`` (a key of :data:`WEIGHTED_MODELS`) on the user's

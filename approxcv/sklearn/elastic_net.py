@@ -17,11 +17,11 @@ import pandas as pd
 from sklearn.base import RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .._validate import check_in_range
 from ..api import cross_validate
-from ..errors import InvalidArgumentError
 from ..folds import leave_one_out
 from ..models.erm.elastic_net import ElasticNet
-from ._base import _ALOLinear
+from ._base import _ALOLinear, check_grid
 
 __all__ = ["ElasticNetALO", "enet_alo_losses"]
 
@@ -69,31 +69,29 @@ class ElasticNetALO(RegressorMixin, _ALOLinear):
         self.n_alphas = n_alphas
         self.fit_intercept = fit_intercept
 
-    def _alpha_grid(self, X, y, s):
+    def _alpha_grid(self, X, y, s, l1_ratio):
+        """The user's ``alphas`` (largest first), or ``n_alphas`` from ``alpha_max``."""
         if self.alphas is not None:
-            a = np.sort(np.asarray(self.alphas, np.float64).reshape(-1))[::-1]
-            if a.size == 0 or np.any(~np.isfinite(a)) or np.any(a <= 0):
-                raise InvalidArgumentError("`alphas` must be positive and finite")
-            return a
+            return np.sort(check_grid("alphas", self.alphas))[::-1]
         yc = y - (np.average(y, weights=s) if self.fit_intercept else 0.0)
         Xc = X - (np.average(X, axis=0, weights=s) if self.fit_intercept else 0.0)
-        amax = np.max(np.abs(Xc.T @ (s * yc))) / (len(y) * self.l1_ratio)
+        amax = np.max(np.abs(Xc.T @ (s * yc))) / (len(y) * l1_ratio)
         amax = amax if amax > 0 else 1.0
         return amax * np.logspace(0, -3, int(self.n_alphas))
 
     def fit(self, X, y, sample_weight=None):
         """Choose ``alpha`` on the grid by ALOOCV and fit; returns ``self``."""
         X, y, sw = self._validate_fit(X, y, sample_weight, y_numeric=True)
-        if not (0 < float(self.l1_ratio) <= 1):
-            raise InvalidArgumentError(f"`l1_ratio` must be in (0, 1], got {self.l1_ratio!r}")
+        l1_ratio = check_in_range("l1_ratio", self.l1_ratio, 0.0, 1.0, "right",
+                                  " (0, the ridge, has no alpha_max: use RidgeALO)")
         n = X.shape[0]
         s = sw * (n / np.sum(sw))
         data = (X, y)
         base = ElasticNet(1.0, 1.0, fit_intercept=self.fit_intercept)
         prepared = base.prepare(data)[0]
         rows, fits, u = [], [], None
-        for alpha in self._alpha_grid(X, y, s):
-            lam = np.array([n * alpha * self.l1_ratio, n * alpha * (1 - self.l1_ratio)])
+        for alpha in self._alpha_grid(X, y, s, l1_ratio):
+            lam = np.array([n * alpha * l1_ratio, n * alpha * (1 - l1_ratio)])
             u, _ = base.fit_flat(prepared, lam, u0=u, weights=s)
             u = np.asarray(u)
             acv = float(np.mean(enet_alo_losses(X, y, s, u, lam[1], self.fit_intercept)))

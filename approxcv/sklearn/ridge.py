@@ -4,7 +4,8 @@ scikit-learn's ``Ridge`` minimises ``sum_i s_i (y_i - x_i^T w - b)^2 + alpha ||w
 minimiser as approxcv's ``1/2 sum_i s_i (y_i - eta_i)^2 + lam/2 ||w||^2`` with ``lam = alpha``.
 For a quadratic loss ALOOCV is exact leave-one-out (the PRESS residuals), so ``alo_score_`` is
 half the leave-one-out mean squared error, and ``alpha_`` is the exact LOO minimiser (to the
-tuning's gradient tolerance).
+tuning's gradient tolerance). On a wide design (more features than samples, one ``alpha``)
+the search runs in the ``n x n`` dual form (:mod:`approxcv.sklearn._ridge_dual`).
 """
 from __future__ import annotations
 

@@ -11,25 +11,29 @@ A fitted estimator's ``coef_`` is not reused: scikit-learn's solvers stop at ``t
 Newton step from a non-stationary point adds that error to every fold; approxcv refits the
 same objective instead (the same minimiser). Pipeline preprocessing steps are fitted on all
 the data and applied before cross-validation (a scaler's mean and scale are not refitted
-per fold: an approximation of its own, usually negligible, stated here).
+per fold: an approximation of its own, usually negligible, stated here). ``X`` reaches those
+steps as given (a ``ColumnTransformer`` may select DataFrame columns by name); only the
+design reaching the final estimator is checked (:mod:`approxcv.sklearn._checks`), and the
+estimator's ``C``/``alpha``/``l1_ratio`` first, in scikit-learn's ranges and names.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import clone
 from sklearn.linear_model import ElasticNet, LogisticRegression, PoissonRegressor, Ridge
-from sklearn.model_selection import check_cv
-from sklearn.pipeline import Pipeline
-from sklearn.utils.validation import _check_sample_weight, check_array, check_X_y
+from sklearn.utils.validation import _check_sample_weight, check_X_y
 
 from ..api import cross_validate
-from ..errors import UnsupportedEstimatorError
-from ..folds import Folds, leave_one_out
+from ..errors import BadlyScaledDataError, FitError
 from ..models.erm.elastic_net import ElasticNet as ACVElasticNet
 from ..results import CVResult
+from ._checks import (check_cv, check_hyperparameters, design_array, resolve_folds,
+                      split_pipeline, unsupported)
 from ._models import WeightedLogistic, WeightedPoisson, WeightedRidge, pack_response
+from ._scoring import KINDS
 
 __all__ = ["ALOScore", "alo_score", "approxcv_model"]
 
@@ -37,6 +41,10 @@ __all__ = ["ALOScore", "alo_score", "approxcv_model"]
 LOSS_NAMES = {Ridge: "squared error", LogisticRegression: "log-loss",
               PoissonRegressor: "Poisson negative log-likelihood (with log y!)",
               ElasticNet: "squared error"}
+
+#: what to change when a fit's objective is not finite (too weak a penalty), per class
+WEAK_PENALTY = {Ridge: ("alpha", "too small"), LogisticRegression: ("C", "too large"),
+                PoissonRegressor: ("alpha", "too small"), ElasticNet: ("alpha", "too small")}
 
 
 @dataclass
@@ -56,66 +64,132 @@ class ALOScore:
     cv_result: CVResult
 
 
-def _unsupported(est, what):
-    raise UnsupportedEstimatorError(
-        f"alo_score cannot cross-validate {type(est).__name__} with {what}; supported: "
-        "Ridge (one target, positive=False), LogisticRegression (two classes, L2 penalty "
-        "(l1_ratio=0), class_weight=None, a solver other than liblinear), PoissonRegressor, "
-        "ElasticNet (positive=False, no sample_weight)")
+@dataclass
+class ALORun:
+    """An :class:`ALOScore` with what :class:`~approxcv.sklearn.ALOSearchCV` reads from the
+    run: per fold the held-out samples' linear predictors ``fold_eta``, responses
+    ``fold_y`` (0/1 for a classifier) and sample weights ``fold_weight``, the summed
+    held-out loss ``fold_loss`` (``l`` of :data:`LOSS_NAMES`, sample-weighted), the
+    response ``kind`` (:data:`~approxcv.sklearn._scoring.KINDS`), and the seconds of the
+    fit (the pipeline's steps and the full-data fit) and of the cross-validation."""
+    score: ALOScore
+    fold_eta: list
+    fold_y: list
+    fold_weight: list
+    fold_loss: np.ndarray
+    kind: str
+    fit_seconds: float
+    score_seconds: float
 
 
 def approxcv_model(est, y, sample_weight):
     """``(model, data_y, scale)``: the approxcv model of ``est``'s objective, its response
-    array and the factor from approxcv's loss to :data:`LOSS_NAMES`' loss."""
+    array and the factor from approxcv's loss to :data:`LOSS_NAMES`' loss. ``est``'s
+    hyperparameters are checked first
+    (:func:`~approxcv.sklearn._checks.check_hyperparameters`)."""
+    check_hyperparameters(est)
     kind = type(est)
     n_eff = float(np.sum(sample_weight))
     if kind is Ridge:
-        alpha = np.asarray(est.alpha, dtype=np.float64)
-        if alpha.ndim > 0 or est.positive:
-            _unsupported(est, "an array of alphas or positive=True")
-        return (WeightedRidge(float(alpha), fit_intercept=est.fit_intercept),
+        if est.positive:
+            unsupported(est, "an array of alphas or positive=True")
+        return (WeightedRidge(float(est.alpha), fit_intercept=est.fit_intercept),
                 pack_response(y, sample_weight), 2.0)
     if kind is LogisticRegression:
         penalty = getattr(est, "penalty", "deprecated")
         l1 = getattr(est, "l1_ratio", None)
         if penalty not in ("deprecated", "l2", None) or (l1 not in (None, 0, 0.0)
                                                             and penalty != "l2"):
-            _unsupported(est, f"penalty={penalty!r}, l1_ratio={l1!r} (only the L2 penalty)")
+            unsupported(est, f"penalty={penalty!r}, l1_ratio={l1!r} (only the L2 penalty)")
         if est.class_weight is not None:
-            _unsupported(est, "class_weight (pass sample_weight instead)")
+            unsupported(est, "class_weight (pass sample_weight instead)")
         if est.solver == "liblinear":
-            _unsupported(est, "solver='liblinear' (it penalises the intercept)")
+            unsupported(est, "solver='liblinear' (it penalises the intercept)")
         classes = np.unique(y)
         if classes.size != 2:
-            _unsupported(est, f"{classes.size} classes (binary only)")
-        lam = 0.0 if (penalty is None or not np.isfinite(est.C)) else 1.0 / est.C
+            unsupported(est, f"{classes.size} classes (binary only)")
+        C = float(est.C)
+        lam = 0.0 if (penalty is None or np.isinf(C)) else 1.0 / C
         return (WeightedLogistic(lam, fit_intercept=est.fit_intercept),
                 pack_response((y == classes[1]).astype(np.float64), sample_weight), 1.0)
     if kind is PoissonRegressor:
-        return (WeightedPoisson(est.alpha * n_eff, fit_intercept=est.fit_intercept),
+        return (WeightedPoisson(float(est.alpha) * n_eff, fit_intercept=est.fit_intercept),
                 pack_response(y, sample_weight), 1.0)
     if kind is ElasticNet:
         if est.positive:
-            _unsupported(est, "positive=True")
+            unsupported(est, "positive=True")
         if not np.allclose(sample_weight, 1.0):
-            _unsupported(est, "sample_weight")
-        n = len(y)
-        return (ACVElasticNet(n * est.alpha * est.l1_ratio, n * est.alpha * (1 - est.l1_ratio),
+            unsupported(est, "sample_weight")
+        n, alpha, l1_ratio = len(y), float(est.alpha), float(est.l1_ratio)
+        return (ACVElasticNet(n * alpha * l1_ratio, n * alpha * (1 - l1_ratio),
                               fit_intercept=est.fit_intercept),
                 np.asarray(y, np.float64), 2.0)
-    _unsupported(est, "this class")
+    unsupported(est, "this class")
 
 
-def _folds(cv, X, y, n) -> Folds:
-    if cv is None:
-        return leave_one_out(n)
-    if isinstance(cv, Folds):
-        return cv
-    if isinstance(cv, (int, np.integer)):
-        cv = check_cv(int(cv))
-    if hasattr(cv, "split"):
-        return Folds([np.asarray(test) for _, test in cv.split(X, y)], n)
-    return Folds([np.asarray(test) for _, test in cv], n)
+def _fit(model, data, est, prefix):
+    """``model.fit(data)``, a fit whose objective is not finite reported in the estimator's
+    terms (its ``alpha`` or ``C``, not approxcv's ``lam``)."""
+    try:
+        return model.fit(data)
+    except BadlyScaledDataError:
+        raise
+    except FitError:
+        name, which = WEAK_PENALTY[type(est)]
+        raise FitError(f"{type(est).__name__}: the fit's objective or coefficients are not "
+                       f"finite; is `{prefix}{name}` {which} (too weak a penalty) for "
+                       "separable or collinear data?") from None
+
+
+def _fold_predictions(res, X, folds, y, sw):
+    """Per fold, the held-out samples' linear predictors at the fold's parameters, their
+    responses and sample weights."""
+    U = np.asarray(res.params_flat, np.float64)
+    p = X.shape[1]
+    idx = [np.asarray(i) for i in folds]
+    eta = [X[i] @ U[k, :p] + float(np.sum(U[k, p:])) for k, i in enumerate(idx)]
+    return eta, [y[i] for i in idx], [sw[i] for i in idx]
+
+
+def _feature_names(step):
+    """A fitted step's ``get_feature_names_out()``, or ``None`` where it has none."""
+    try:
+        return np.asarray(step.get_feature_names_out())
+    except Exception:                      # noqa: BLE001 - not every transformer names them
+        return None
+
+
+def run_alo(estimator, X, y, cv=None, sample_weight=None) -> ALORun:
+    """:func:`alo_score`'s run, with the held-out predictions and times of :class:`ALORun`."""
+    t0 = time.perf_counter()
+    steps, last, prefix = split_pipeline(estimator)
+    check_hyperparameters(estimator)
+    cv = check_cv(cv)
+    names = None
+    for step in steps:            # X as given: a ColumnTransformer selects columns by name
+        fitted = clone(step)
+        X = fitted.fit_transform(X, y)
+        names = _feature_names(fitted)
+    X, y = check_X_y(design_array(X, names), y, dtype=np.float64,
+                     y_numeric=not isinstance(last, LogisticRegression))
+    sw = _check_sample_weight(sample_weight, X, dtype=np.float64)
+    model, data_y, scale = approxcv_model(last, y, sw)
+    data = (X, data_y)
+    n = X.shape[0]
+    folds = resolve_folds(cv, X, y, n)
+    params = _fit(model, data, last, prefix)
+    t1 = time.perf_counter()
+    res = cross_validate(model, data, folds, "ns", params=params, progress=False, warn=False)
+    bad = np.asarray(res.unreliable)
+    if "support_change" in res.diagnostics:
+        bad = bad | np.asarray(res.diagnostics["support_change"])
+    response = data_y[:, 0] if data_y.ndim == 2 else data_y
+    eta, fold_y, fold_w = _fold_predictions(res, X, folds, response, sw)
+    fold_loss = scale * np.asarray(res.fold_loss, np.float64)
+    mean = float(np.sum(fold_loss)) / sum(float(np.sum(w)) for w in fold_w)
+    score = ALOScore(mean, LOSS_NAMES[type(last)], int(bad.sum()), res)
+    return ALORun(score, eta, fold_y, fold_w, fold_loss, KINDS[type(last)], t1 - t0,
+                  time.perf_counter() - t1)
 
 
 def alo_score(estimator, X, y, cv=None, *, sample_weight=None) -> ALOScore:
@@ -124,10 +198,12 @@ def alo_score(estimator, X, y, cv=None, *, sample_weight=None) -> ALOScore:
     Args:
         estimator: ``Ridge``, ``LogisticRegression``, ``PoissonRegressor``, ``ElasticNet``
             (fitted or not), or a ``Pipeline`` whose last step is one (the other steps are
-            fitted on all of ``X`` and applied).
-        X: ``(n, p)``; y: ``(n,)``.
-        cv: ``None`` (leave-one-out), an int (``KFold``), a scikit-learn splitter or an
-            iterable of ``(train, test)`` index pairs, or approxcv :class:`Folds`.
+            fitted on all of ``X`` and applied; ``X`` reaches them as given, so a
+            ``ColumnTransformer`` may select DataFrame columns by name).
+        X: ``(n, p)`` (an array or a DataFrame); y: ``(n,)``.
+        cv: ``None`` or ``"loo"`` (leave-one-out), an int ``k >= 2`` (``KFold(k)``), a
+            scikit-learn splitter or an iterable of ``(train, test)`` index pairs, or
+            approxcv :class:`Folds`.
         sample_weight: ``(n,)`` or ``None``.
 
     Returns:
@@ -135,29 +211,10 @@ def alo_score(estimator, X, y, cv=None, *, sample_weight=None) -> ALOScore:
 
     Raises:
         UnsupportedEstimatorError: another estimator or an unsupported setting.
+        InvalidArgumentError: ``C``, ``alpha`` or ``l1_ratio`` outside scikit-learn's range
+            (named as set: ``C``, or ``logisticregression__C`` in a ``Pipeline``), or a
+            ``cv`` it cannot read.
+        InvalidDataError: a column of the final design (after the pipeline's steps) that is
+            categorical, holds dates or times, is not numeric or holds missing values.
     """
-    if isinstance(estimator, Pipeline):
-        *pre, (_, last) = estimator.steps
-        X = check_array(X, dtype=None, ensure_all_finite=False)
-        for _, step in pre:
-            if step is None or step == "passthrough":
-                continue
-            X = clone(step).fit_transform(X, y)
-        estimator = last
-    if type(estimator) not in LOSS_NAMES:
-        _unsupported(estimator, "this class")
-    X, y = check_X_y(X, y, dtype=np.float64, y_numeric=not isinstance(estimator,
-                                                                       LogisticRegression))
-    sw = _check_sample_weight(sample_weight, X, dtype=np.float64)
-    model, data_y, scale = approxcv_model(estimator, y, sw)
-    data = (X, data_y)
-    n = X.shape[0]
-    folds = _folds(cv, X, y, n)
-    params = model.fit(data)
-    res = cross_validate(model, data, folds, "ns", params=params, progress=False, warn=False)
-    bad = np.asarray(res.unreliable)
-    if "support_change" in res.diagnostics:
-        bad = bad | np.asarray(res.diagnostics["support_change"])
-    held_out_weight = sum(float(np.sum(sw[np.asarray(idx)])) for idx in folds)
-    mean = scale * float(np.sum(res.fold_loss)) / held_out_weight
-    return ALOScore(mean, LOSS_NAMES[type(estimator)], int(bad.sum()), res)
+    return run_alo(estimator, X, y, cv, sample_weight).score

@@ -43,7 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ...errors import InvalidArgumentError
+from ..._validate import real_number
+from ...errors import ArgumentTypeError, InvalidArgumentError
 from .quadrature import tilted_moments
 
 __all__ = ["EPState", "ep_posterior", "ep_marginals", "ep_fit", "ep_log_marginal", "cavity"]
@@ -102,16 +103,24 @@ def cavity(mu, var, tau, nu):
 
 
 def _check_options(damping, max_iter, tol, eta):
-    """Named errors for EP's numeric options (Python numbers, fixed at trace time)."""
-    for name, value, ok in (("damping", damping, 0.0 < damping <= 1.0),
-                            ("eta", eta, 0.0 < eta <= 1.0), ("tol", tol, tol > 0.0)):
-        if not (isinstance(value, (int, float)) and np.isfinite(value) and ok):
-            bound = "> 0" if name == "tol" else "in (0, 1]"
+    """Named errors for EP's numeric options (fixed at trace time); returns ``(damping,
+    tol, eta)`` as Python floats (NumPy scalars and 0-d arrays are accepted)."""
+    numbers = []
+    for name, value, bound in (("damping", damping, "in (0, 1]"), ("tol", tol, "> 0"),
+                               ("eta", eta, "in (0, 1]")):
+        try:
+            number = real_number(name, value)
+        except ArgumentTypeError:
+            number = np.nan
+        ok = number > 0.0 and (number <= 1.0 if name != "tol" else np.isfinite(number))
+        if not ok:
             raise InvalidArgumentError(f"EP's `{name}` must be a finite number {bound}, "
                                        f"got {value!r}")
+        numbers.append(number)
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise InvalidArgumentError(f"EP's `max_iter` must be an integer >= 1, got "
                                    f"{max_iter!r}")
+    return tuple(numbers)
 
 
 def ep_fit(K, y, lik, phi, weights, tau0, nu0, damping: float = 0.5, max_iter: int = 500,
@@ -124,7 +133,7 @@ def ep_fit(K, y, lik, phi, weights, tau0, nu0, damping: float = 0.5, max_iter: i
         InvalidArgumentError: ``damping`` or ``eta`` outside (0, 1], ``tol <= 0``,
             ``max_iter < 1``.
     """
-    _check_options(damping, max_iter, tol, eta)
+    damping, tol, eta = _check_options(damping, max_iter, tol, eta)
     K, phi = lax.stop_gradient(K), lax.stop_gradient(phi)
     on = weights > 0.5
 

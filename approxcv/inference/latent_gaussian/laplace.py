@@ -65,7 +65,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ...errors import InvalidArgumentError
+from ..._validate import real_number
+from ...errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["LaplaceState", "site_derivatives", "laplace_mode", "posterior_variance",
            "laplace_log_marginal", "mode_curvature", "GRAD_TOL", "jittered_kernel",
@@ -311,8 +312,13 @@ def laplace_mode(K, y, lik, phi, weights, a0, max_iter: int = 200, tol: float = 
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise InvalidArgumentError(f"Laplace's `max_iter` must be an integer >= 1, got "
                                    f"{max_iter!r}")
-    if not isinstance(tol, (int, float)) or not (np.isfinite(tol) and tol > 0):
+    try:
+        number = real_number("tol", tol)
+    except ArgumentTypeError:
+        number = np.nan
+    if not (np.isfinite(number) and number > 0):
         raise InvalidArgumentError(f"Laplace's `tol` must be a finite number > 0, got {tol!r}")
+    tol = number
     K, phi = lax.stop_gradient(K), lax.stop_gradient(phi)
     if hasattr(lik, "gaussian_surrogate"):
         a0 = _better_start(K, y, lik, phi, weights, a0)

@@ -36,14 +36,15 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 from ..._compile import jit
-from ..._validate import check_choice, check_finite, check_positive_int
+from ..._validate import check_choice, check_finite, check_positive_int, real_number
 from ...inference.latent_gaussian import likelihoods as _lik
 from ...inference.latent_gaussian.covariance import KERNEL_NAMES, kernel_matrix, n_kernel_params
 from ...inference.latent_gaussian.hyper import ccd_design, ccd_points, fit_map, map_objective
 from ...inference.latent_gaussian.laplace import mode_curvature
 from ...inference.latent_gaussian.posterior import INFERENCES, cold_start, posteriors_at
 from .refits import heldout_lpd
-from ...errors import ConvergenceWarning, FitError, InvalidArgumentError, InvalidDataError
+from ...errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidArgumentError,
+                       InvalidDataError)
 from .. import constraints as C
 from ..base import Model, left_out
 from .estimators import gp_estimators
@@ -323,8 +324,12 @@ def _heldout(theta, log_weights, X, y, w, *, lik, inference, damping):
 
 
 def _is_real(value) -> bool:
-    return (not isinstance(value, (bool, np.bool_, str, bytes)) and np.ndim(value) == 0
-            and isinstance(value, (int, float, np.integer, np.floating)))
+    """One real number: a Python or NumPy scalar, or a 0-d array (:func:`real_number`)."""
+    try:
+        real_number("value", value)
+    except ArgumentTypeError:
+        return False
+    return True
 
 
 def _check_unit_interval(name, value, what):
