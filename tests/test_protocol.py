@@ -273,7 +273,12 @@ def _entry_points(name, model, data):
     if name == "PoissonHMM":
         n = len(data)
         return {"heldout_loss": lambda p: model.heldout_loss(p, data, np.ones(n)),
-                "objective": lambda p: model.objective(p, data, np.ones(n))}
+                "objective": lambda p: model.objective(p, data, np.ones(n)),
+                "predict": lambda p: model.predict(p, data),
+                "predict_proba": lambda p: model.predict_proba(p, data),
+                "score": lambda p: model.score(p, data),
+                "forecast": lambda p: model.forecast(p, data, 2),
+                "sample": lambda p: model.sample(p, 5)}
     if name == "HiddenPotts":
         return {"posterior_marginals": lambda p: model.posterior_marginals(p, data),
                 "log_marginal_likelihood": lambda p: model.log_marginal_likelihood(p, data)}

@@ -22,6 +22,12 @@ Weighted marginal likelihood (Ghosh et al. 2020, Appendix D). With emission log-
 Held-out losses are always computed in the full (unweighted) model with the left-out
 observations marginalised out: ``-log p(x_o | x_kept) = log Z(kept) - log Z(all)`` and
 ``-log p(x_t | x_kept) = -log sum_k p(z_t = k | x_kept) p(x_t | z_t = k)``.
+
+For a fitted model (:class:`approxcv.models.hmm.HMM`'s ``predict``, ``forecast`` and
+``sample``): the filtered marginals ``p(z_t | x_{1..t})`` (:func:`filtered_marginals`), the
+most probable path (:func:`viterbi`, the max-product recursion of
+:func:`approxcv.inference.crf.viterbi`), the state distribution ``h`` steps ahead
+(:func:`propagate_states`) and ancestral draws of the chain (:func:`sample_states`).
 """
 from __future__ import annotations
 
@@ -32,9 +38,12 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy.special import logsumexp
 
+from . import crf
+
 __all__ = ["weighted_potentials", "log_normalizer", "weighted_log_marginal",
            "posterior_marginals", "heldout_losses", "ChainPosterior", "boundary_messages",
-           "window_heldout_losses"]
+           "window_heldout_losses", "filtered_marginals", "viterbi", "propagate_states",
+           "sample_states"]
 
 
 class ChainPosterior(NamedTuple):
@@ -246,3 +255,57 @@ def window_heldout_losses(log_init, log_trans, log_lik, weights, log_filtered_be
     log_gamma = jnp.log(gamma) - jnp.log(jnp.sum(gamma, axis=1, keepdims=True))
     log_pred = logsumexp(log_gamma + log_lik, axis=1)
     return fold_loss, jnp.where(kept > 0, 0.0, -log_pred)
+
+
+def filtered_marginals(log_init, log_trans, log_lik):
+    """Filtered marginals ``log p(z_t = k | x_{1..t})``, shape ``(T, K)``: the normalised
+    messages ``alpha_t`` of the scaled forward pass (:func:`log_normalizer`), alone (no
+    backward pass). A step with ``log_lik_t = 0`` (a masked, padded step) is a prediction:
+    ``alpha_t = alpha_{t-1} A``."""
+    init, trans, lik, _ = _scaled_potentials(log_init, log_trans, log_lik)
+    return jnp.log(_forward(init, trans, lik)[1])
+
+
+def viterbi(log_init, log_trans, log_lik, mask=None):
+    """Most probable state path ``argmax_z [log pi(z_1) + sum_t log A(z_{t-1}, z_t) +
+    sum_t log p(x_t | z_t)]``, shape ``(T,)`` ints (``-1`` where ``mask`` is 0).
+
+    Max-product in log space with back-pointers (Viterbi 1967): ``delta_1 = log pi +
+    l_1``, ``delta_t(k) = max_j [delta_{t-1}(j) + log A(j, k)] + l_t(k)``, then back from
+    ``argmax_k delta_T(k)``; the recursion of :func:`approxcv.inference.crf.viterbi` with
+    the initial log-probabilities as start scores and no stop scores. Steps where ``mask``
+    is 0 (padding at the end of a sequence) carry ``delta`` unchanged, so they do not move
+    the path of the observed steps (a padded step's transition would: ``max_k log A(j,
+    k)`` differs between ``j``). Ties go to the lowest state index.
+
+    Args:
+        log_init: ``(K,)``; log_trans: ``(K, K)``; log_lik: ``(T, K)``.
+        mask: ``(T,)`` 1 at observed steps (default: every step).
+    """
+    if mask is None:
+        mask = jnp.ones(log_lik.shape[:1], log_lik.dtype)
+    return crf.viterbi(log_lik, log_trans, log_init, jnp.zeros_like(log_init), mask)
+
+
+def propagate_states(probs, trans, horizon: int):
+    """The state distribution ``h = 1..horizon`` steps after one with distribution ``probs
+    (K,)``: ``p_h = p_{h-1} A`` (``p_0 = probs``), shape ``(horizon, K)``; one ``lax.scan``.
+    From the filtered ``p(z_T | x_{1..T})`` this is ``p(z_{T+h} | x_{1..T})``."""
+    def step(p, _):
+        p = p @ trans
+        return p, p
+    return lax.scan(step, probs, None, length=horizon)[1]
+
+
+def sample_states(key, log_init, log_trans, num_timesteps: int):
+    """Ancestral draws of the chain: ``z_1 ~ pi``, ``z_t | z_{t-1} ~ A(z_{t-1}, .)``, shape
+    ``(num_timesteps,)`` ints, from the JAX PRNG ``key`` (one ``lax.scan`` over time)."""
+    k0, rest = jax.random.split(key)
+    z0 = jax.random.categorical(k0, log_init)
+
+    def step(z, k):
+        z = jax.random.categorical(k, log_trans[z])
+        return z, z
+
+    _, zs = lax.scan(step, z0, jax.random.split(rest, num_timesteps - 1))
+    return jnp.concatenate([z0[None], zs])

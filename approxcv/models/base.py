@@ -78,7 +78,8 @@ PROTOCOL = ("prepare", "objective", "heldout_loss", "init_params", "param_constr
 #: ``data`` also gets its shapes checked on those data)
 PARAMS_ENTRY_POINTS = ("objective", "heldout_loss", "predict", "predict_proba",
                        "predict_mean", "predict_linear", "posterior_marginals",
-                       "log_marginal_likelihood", "marginals", "decode", "score")
+                       "log_marginal_likelihood", "marginals", "decode", "score", "forecast",
+                       "sample")
 
 
 def _traced(tree) -> bool:

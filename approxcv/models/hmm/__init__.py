@@ -5,7 +5,7 @@ transition matrix, forward filtering in :mod:`approxcv.inference.chain` — and 
 (EM, quasi-Newton polish); each emission family is one file that adds its parameters, its
 prior and its per-state log-likelihoods.
 """
-from .base import HMM, Sequences
+from .base import HMM, Forecast, Sequences
 from .poisson_hmm import PoissonHMM, PoissonHMMParams
 from .gaussian_hmm import GaussianHMM, GaussianHMMParams
 from .categorical_hmm import CategoricalHMM, CategoricalHMMParams
@@ -13,7 +13,7 @@ from .arhmm import ARHMM, ARHMMParams
 from .neural_arhmm import NeuralARHMM, NeuralARHMMParams
 from .time_varying_poisson import TimeVaryingPoisson, TimeVaryingPoissonParams
 
-__all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
+__all__ = ["HMM", "Forecast", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "GaussianHMMParams", "CategoricalHMM", "CategoricalHMMParams", "ARHMM",
            "ARHMMParams", "NeuralARHMM", "NeuralARHMMParams", "TimeVaryingPoisson",
            "TimeVaryingPoissonParams"]

@@ -50,6 +50,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.scipy.linalg import solve_triangular
 
 from ..._validate import as_real_array, check_choice, check_positive, check_positive_int
@@ -63,7 +64,7 @@ from .. import constraints as C
 from ..._compile import jit
 from ..._placement import placed
 from ...fitting import fit_method
-from .base import HMM, Sequences, check_array
+from .base import HMM, Sequences, ar_forecast_mean, check_array, recent_steps
 
 COVARIANCES = ("full", "diag")
 WEIGHT_PRIORS = ("matrix_normal", "isotropic")
@@ -227,6 +228,24 @@ class AutoregressiveEmissions(HMM):
         """Covariance factors: ``(K, R)`` log-sqrt variances (diag) or ``(K, R(R+1)/2)``
         packed triangles with log diagonal, unconstrained."""
         return C.LowerCholesky(diagonal=self.covariance == "diag")
+
+    def _sample_emissions(self, params, z, key):
+        """``x_t = mu_{z_t}(s_t) + L_{z_t} eps_t``, ``eps_t ~ N(0, I)``, ``(T, R)``: the state
+        means of the lag features ``s_t`` of the draws so far (zero before the start), one
+        ``lax.scan`` over time with the lags in the carry."""
+        trils = jnp.asarray(params.scale_trils)
+        steps, channels = z.shape[0], trils.shape[-1]
+        noise = jnp.einsum("trs,ts->tr", trils[z], jax.random.normal(key, (steps, channels)))
+        if not self.order:
+            means = self._state_means(params, jnp.zeros((steps, 0)))
+            return jnp.take_along_axis(means, z[:, None, None], axis=1)[:, 0] + noise
+
+        def step(lags, inputs):
+            k, e = inputs
+            x = self._state_means(params, lags.reshape(1, -1))[0, k] + e
+            return jnp.concatenate([x[None], lags[:-1]]), x
+
+        return lax.scan(step, jnp.zeros((self.order, channels)), (z, noise))[1]
 
     # ------------------------------------------------------------------ fit
     def fit(self, data, level: str | None = None, init_params=None):
@@ -410,6 +429,17 @@ class ARHMM(AutoregressiveEmissions):
 
     def _emission_constraints(self):
         return C.Real(), self._tril_constraint()
+
+    def _forecast_mean(self, params, x, length, filtered, probs):
+        """``E[x_{T+h} | x_{1..T}]``, ``(horizon, R)``, exactly: the means are affine in the
+        lags (``mu_k = b_k``, ``C_{k,l}`` the ``l``-th column block of ``A_k``), so the
+        moment recursion of :func:`~approxcv.models.hmm.base.ar_forecast_mean` applies."""
+        weights = jnp.asarray(params.weights)
+        return ar_forecast_mean(
+            jnp.asarray(params.transition_matrix), filtered, probs, weights[..., -1],
+            lambda n: jnp.einsum("krc,kc->kr", weights[..., :-1],
+                                 n.reshape(n.shape[0], -1)),
+            recent_steps(x, length, self.order))
 
     def _initial_means(self, x, s, labels, rng):
         """Per-cluster ridge regression of ``x_t`` on ``[s_t, 1]``; returns ``((W,), resid)``."""

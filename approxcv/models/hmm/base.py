@@ -12,15 +12,25 @@ the transition matrix being stochastic, contribute exactly nothing to ``log Z``.
 cross-validation also pad the time axis to a size bucket (:meth:`HMM.padded_units`,
 :func:`approxcv._sizes.length_bucket`), so that series of similar lengths share their
 compiled programs; at level ``"within"`` the padded steps are null units of the engine.
+
+A fitted model's uses, for every family, in the protocol's style ``model.method(params,
+data)`` (data: one sequence, or a list of any number of them): :meth:`HMM.predict` (the
+Viterbi path), :meth:`HMM.predict_proba` (posterior state marginals), :meth:`HMM.score`
+(``log p(x)`` without the prior), :meth:`HMM.forecast` (the next steps' state distribution
+and predictive mean, :class:`Forecast`) and :meth:`HMM.sample` (draws ``(x, z)`` from the
+model). Each emission family supplies the draws (``_sample_emissions``) and the means
+(``_state_emission_means`` or ``_forecast_mean``).
 """
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ...errors import user_stacklevel
 from ..._validate import (as_real_array, check_counts as check_count_values, check_finite,
@@ -29,6 +39,7 @@ from ...optim import batched_minimize
 from ...optim.newton import polish_rows
 from ...errors import (ArgumentTypeError, InvalidArgumentError, LocalOptimumWarning,
                       InvalidDataError)
+from ..._compile import jit
 from ..._placement import SEQUENTIAL, placed
 from ..._sizes import length_bucket
 from ...fitting import best_start, fit_method, padded, perturbation_restarts
@@ -57,6 +68,28 @@ class Sequences(NamedTuple):
     @property
     def num_sequences(self) -> int:
         return int(self.x.shape[0])
+
+
+class Forecast(NamedTuple):
+    """What :meth:`HMM.forecast` returns for one sequence ``x_1..x_T`` (NumPy arrays).
+
+    filtered: ``(K,)``, ``p(z_T = k | x_{1..T})``: the filtered distribution at the last
+        observed step (forward algorithm).
+    state_probs: ``(horizon, K)``; row ``h - 1`` is ``p(z_{T+h} = k | x_{1..T}) =
+        (filtered A^h)_k``, the filtered distribution propagated ``h`` times through the
+        transition matrix ``A``.
+    mean: ``(horizon, ...)``; row ``h - 1`` is the emission predictive mean
+        ``E[x_{T+h} | x_{1..T}]``, exact (no sampling): ``sum_k state_probs[h-1, k]
+        E[x | z = k]`` for emissions without lags (PoissonHMM ``(horizon,)``, GaussianHMM
+        ``(horizon, R)``, CategoricalHMM ``(horizon, V)``: the symbol probabilities, the
+        mean of the one-hot encoding, TimeVaryingPoisson ``(horizon,)`` at the steps'
+        own background rates), by the moment recursion of :func:`ar_forecast_mean` for
+        linear autoregressive means (GaussianHMM with ``ar_order``, ARHMM), and ``None``
+        where it has no closed form (NeuralARHMM's networks of the lags).
+    """
+    filtered: np.ndarray
+    state_probs: np.ndarray
+    mean: np.ndarray | None
 
 
 class HMM(ChainWindows, Model):
@@ -224,6 +257,140 @@ class HMM(ChainWindows, Model):
                                         weights)
         losses = jnp.where(left_out(weights), -self.sequence_log_likelihoods(params, seqs), 0.0)
         return jnp.sum(losses), losses
+
+    # ----------------------------------------------- a fitted model's uses
+    def predict(self, params, data):
+        """The most probable state path (Viterbi): ``argmax_z p(z | x; theta)``.
+
+        Args:
+            params: parameters of this model (e.g. from :meth:`fit`).
+            data: one sequence, or a list of sequences (any number, of any lengths).
+
+        Returns:
+            ``(T,)`` int array of states in ``0..K-1``; a list of them (one per sequence)
+            when ``data`` is a list. Ties go to the lowest state index
+            (:func:`approxcv.inference.chain.viterbi`).
+        """
+        with placed(self.compute_profile):
+            seqs, lengths, many = self._given_sequences(data)
+            paths = np.asarray(_viterbi_paths(self, _as_float(self, params), seqs))
+        return _per_sequence([p[:n] for p, n in zip(paths, lengths)], many)
+
+    def predict_proba(self, params, data):
+        """Posterior state marginals ``p(z_t = k | x_{1..T}; theta)`` (forward-backward,
+        :func:`approxcv.inference.chain.posterior_marginals`).
+
+        Returns:
+            ``(T, K)`` float array whose rows sum to 1; a list of them when ``data`` is a
+            list (arguments as :meth:`predict`).
+        """
+        with placed(self.compute_profile):
+            seqs, lengths, many = self._given_sequences(data)
+            log_gamma = np.asarray(_smoothed(self, _as_float(self, params), seqs))
+        return _per_sequence([np.exp(g[:n]) for g, n in zip(log_gamma, lengths)], many)
+
+    def score(self, params, data) -> float:
+        """Log-likelihood ``log p(x; theta) = sum_i log p(x_i; theta)`` summed over the
+        sequences, by the forward algorithm; **without** the log prior (the fit's
+        objective is ``-score - log_prior``, at unit weights). As hmmlearn's ``score``.
+        Arguments as :meth:`predict`."""
+        with placed(self.compute_profile):
+            seqs, _, _ = self._given_sequences(data)
+            return float(np.sum(np.asarray(
+                _log_likelihoods(self, _as_float(self, params), seqs))))
+
+    def forecast(self, params, data, horizon: int = 1):
+        """The predictive distribution of the ``horizon`` steps after the end of ``data``.
+
+        With the filtered distribution ``f = p(z_T | x_{1..T})`` at the last step, the state
+        distribution ``h`` steps ahead is ``f A^h`` (:func:`approxcv.inference.chain.
+        propagate_states`), and the emission predictive mean ``E[x_{T+h} | x_{1..T}]``
+        follows from it (:class:`Forecast` says how, by family). Each step's distribution is
+        a marginal: the steps' joint distribution is the chain's, not a product.
+
+        Args:
+            params, data: as :meth:`predict`.
+            horizon: number of steps ahead, ``>= 1``.
+
+        Returns:
+            :class:`Forecast` ``(filtered (K,), state_probs (horizon, K), mean (horizon,
+            ...) or None)``; a list of them, one per sequence, when ``data`` is a list.
+        """
+        horizon = check_positive_int("horizon", horizon, 1)
+        with placed(self.compute_profile):
+            seqs, _, many = self._given_sequences(data)
+            out = _forecast(self, _as_float(self, params), seqs, horizon)
+        filtered, probs, mean = (None if a is None else np.asarray(a) for a in out)
+        return _per_sequence([Forecast(filtered[i], probs[i], None if mean is None else mean[i])
+                              for i in range(len(filtered))], many)
+
+    def sample(self, params, n_steps: int, seed=0):
+        """One sequence of ``n_steps`` steps drawn from the model: ``z_1 ~ pi``, ``z_t ~
+        A(z_{t-1}, .)``, ``x_t ~ p(x_t | z_t, x_{<t})`` (lags before the start are 0, as in
+        the likelihood).
+
+        Args:
+            params: parameters of this model.
+            n_steps: ``T >= 1``.
+            seed: an int (the JAX key ``jax.random.PRNGKey(seed)``), a JAX PRNG key, or a
+                NumPy ``Generator`` (one 63-bit seed is drawn from it, so it advances).
+                The same seed gives the same draws.
+
+        Returns:
+            ``(x, z)``: observations ``(T, ...)`` as the family's data (Gaussian ``(T, R)``
+            floats, counts and symbols ``(T,)`` ints) and states ``(T,)`` ints.
+        """
+        n_steps = check_positive_int("n_steps", n_steps, 1)
+        key = prng_key_data(seed)
+        with placed(self.compute_profile):
+            x, z = _sample(self, _as_float(self, params), key, n_steps)
+        return np.asarray(x), np.asarray(z)
+
+    def check_params(self, params, data=None, level: str | None = None, name: str = "params"):
+        """:meth:`Model.check_params`; a list of one sequence (which the methods of a
+        fitted model take) is checked as that sequence."""
+        if (isinstance(data, (list, tuple)) and not isinstance(data, Sequences)
+                and len(data) < 2 and level is None):
+            data = data[0] if data else _no_sequences()
+        return super().check_params(params, data, level, name)
+
+    def _given_sequences(self, data):
+        """``(Sequences, lengths (S,), many)`` of ``data`` for the methods of a fitted model:
+        one sequence or a list of any number of them (``many``: ``data`` is a list), the
+        time axis padded to a size bucket (:meth:`padded_units`) so that data of similar
+        lengths share the compiled programs; ``lengths`` counts each one's observed steps."""
+        many = isinstance(data, (list, tuple)) and not isinstance(data, Sequences)
+        if isinstance(data, Sequences):
+            seqs = data
+        elif many and not len(data):
+            _no_sequences()
+        elif many and len(data) > 1:
+            seqs = self.prepare(data, "structure")[0]
+        else:
+            seqs = self.prepare(data[0] if many else data, "within")[0]
+        seqs, _ = self.padded_units(seqs, "within" if seqs.num_sequences == 1 else "structure")
+        return seqs, np.asarray(seqs.mask).sum(axis=1).astype(int), many
+
+    # emission hooks of the methods above (pure, traced)
+    def _state_emission_means(self, params):
+        """``E[x_t | z_t = k]`` of every state, ``(K, ...)``, for emissions without lags;
+        ``None`` where a family has none (then :meth:`_forecast_mean` decides)."""
+        return None
+
+    def _forecast_mean(self, params, x, length, filtered, probs):
+        """``E[x_{T+h} | x_{1..T}]``, ``(horizon, ...)``, or ``None``: ``probs @``
+        :meth:`_state_emission_means` by default.
+
+        Args:
+            x: one padded sequence; length: its observed steps ``T`` (traced);
+            filtered: ``(K,)`` ``p(z_T | x_{1..T})``; probs: ``(horizon, K)``.
+        """
+        means = self._state_emission_means(params)
+        return None if means is None else jnp.tensordot(probs, means, axes=1)
+
+    def _sample_emissions(self, params, z, key):
+        """Observations ``(T, ...)`` drawn given the states ``z (T,)`` from the JAX ``key``."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ fit
     def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
@@ -484,6 +651,133 @@ class HMM(ChainWindows, Model):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_states={self.n_states})"
+
+
+def ar_forecast_mean(trans, filtered, probs, intercept, lag_map, recent):
+    """Exact predictive means ``E[x_{T+h} | x_{1..T}]``, ``h = 1..H``, of an HMM whose
+    state means are affine in the last ``p`` observations,
+    ``x_t = mu_k + sum_{l=1}^p C_{k,l} x_{t-l} + e_t`` given ``z_t = k`` (noise of mean 0).
+
+    The moments ``M_t(k, l) = E[x_{t-l} 1{z_t = k} | x_{1..T}]``, ``l = 0..p-1``, close
+    under the recursion (``z_{t+1}`` depends on the past only through ``z_t``)::
+
+        N(j, l)      = sum_i A(i, j) M_t(i, l)              = E[x_{t-l} 1{z_{t+1} = j}]
+        M_{t+1}(j, 0) = P_{t+1}(j) mu_j + sum_{l=1}^p C_{j,l} N(j, l-1)
+        M_{t+1}(j, l) = N(j, l-1),  l >= 1;     E[x_{t+1}] = sum_j M_{t+1}(j, 0)
+
+    from ``M_T(k, l) = f(k) x_{T-l}`` (``f`` the filtered distribution; lags before the
+    start are 0); ``P_t`` are the propagated state probabilities. One ``lax.scan`` over the
+    horizon; with ``p = 0`` it is ``sum_k P_{T+h}(k) mu_k``.
+
+    Args:
+        trans: ``(K, K)``; filtered: ``(K,)``; probs: ``(H, K)`` ``P_{T+1..T+H}``.
+        intercept: ``(K, R)`` ``mu_k``.
+        lag_map: ``n (K, p, R) -> (K, R)``, ``sum_l C_{k,l} n[k, l-1]``.
+        recent: ``(p, R)``, ``recent[l] = x_{T-l}``.
+    """
+    if recent.shape[0] == 0:
+        return probs @ intercept
+    moments = filtered[:, None, None] * recent[None]
+
+    def step(m, p_next):
+        n = jnp.einsum("ij,ilr->jlr", trans, m)
+        new = p_next[:, None] * intercept + lag_map(n)
+        return jnp.concatenate([new[:, None], n[:, :-1]], axis=1), jnp.sum(new, axis=0)
+
+    return lax.scan(step, moments, probs)[1]
+
+
+def recent_steps(x, length, order: int):
+    """``(order, R)`` the last ``order`` observed steps of the padded sequence ``x (T,
+    R)`` of ``length`` observed steps, newest first (``[l] = x_{T-l}``; zeros before the
+    start)."""
+    padded = jnp.concatenate([jnp.zeros((order,) + x.shape[1:], x.dtype), x])
+    return lax.dynamic_slice_in_dim(padded, length, order)[::-1]
+
+
+def prng_key_data(seed) -> np.ndarray:
+    """The raw ``uint32 (2,)`` JAX key of ``seed`` (:meth:`HMM.sample`), in NumPy: an int
+    ``s >= 0`` gives ``jax.random.PRNGKey(s)`` (threefry's key ``[s >> 32, s & 0xffffffff]``),
+    a NumPy ``Generator`` a draw of one such int, a JAX key its data.
+
+    Raises:
+        ArgumentTypeError: another kind of seed.
+    """
+    if isinstance(seed, np.random.Generator):
+        seed = int(seed.integers(2 ** 63))
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        seed = check_positive_int("seed", seed, 0)
+        return np.array([(seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF], dtype=np.uint32)
+    if isinstance(seed, jax.Array):
+        if jax.dtypes.issubdtype(seed.dtype, jax.dtypes.prng_key):
+            seed = jax.random.key_data(seed)
+        data = np.asarray(seed)
+        if data.dtype == np.uint32 and data.shape == (2,):
+            return data
+    raise ArgumentTypeError("`seed` must be a non-negative int, a JAX PRNG key or a NumPy "
+                            f"Generator, got {type(seed).__name__}")
+
+
+def _no_sequences():
+    raise InvalidArgumentError("`data` is an empty list: pass one sequence or a list of "
+                               "sequences")
+
+
+def _as_float(model, params):
+    """``params`` as ``model.params_type`` with float64 NumPy leaves (one program for
+    parameters given as lists, float32 or JAX arrays)."""
+    return model.params_type(*(np.asarray(p, dtype=np.float64) for p in params))
+
+
+def _per_sequence(items: list, many: bool):
+    """The list ``items`` for a list of sequences, its one item for one sequence."""
+    return items if many else items[0]
+
+
+@partial(jit, static_argnums=0)
+def _viterbi_paths(model, params, seqs):
+    """``(S, T)`` Viterbi paths of padded sequences (``-1`` on padding)."""
+    def one(x, mask):
+        return chain.viterbi(*model.log_potentials(params, x, mask), mask)
+    return jax.vmap(one)(seqs.x, seqs.mask)
+
+
+@partial(jit, static_argnums=0)
+def _smoothed(model, params, seqs):
+    """``(S, T, K)`` posterior log marginals of padded sequences."""
+    def one(x, mask):
+        return chain.posterior_marginals(*model.log_potentials(params, x, mask)
+                                         ).log_smoothed_probs
+    return jax.vmap(one)(seqs.x, seqs.mask)
+
+
+@partial(jit, static_argnums=0)
+def _log_likelihoods(model, params, seqs):
+    """``(S,)`` ``log p(x_i)`` (:meth:`HMM.sequence_log_likelihoods`)."""
+    return model.sequence_log_likelihoods(params, seqs)
+
+
+@partial(jit, static_argnums=(0, 3))
+def _forecast(model, params, seqs, horizon: int):
+    """``(filtered (S, K), state_probs (S, H, K), mean (S, H, ...) or None)``."""
+    lengths = jnp.sum(seqs.mask, axis=1).astype(jnp.int32)
+    trans = jnp.asarray(params.transition_matrix)
+
+    def one(x, mask, length):
+        log_filtered = chain.filtered_marginals(*model.log_potentials(params, x, mask))
+        filtered = jnp.exp(log_filtered[length - 1])
+        probs = chain.propagate_states(filtered, trans, horizon)
+        return filtered, probs, model._forecast_mean(params, x, length, filtered, probs)
+    return jax.vmap(one)(seqs.x, seqs.mask, lengths)
+
+
+@partial(jit, static_argnums=(0, 3))
+def _sample(model, params, key, n_steps: int):
+    """``(x (T, ...), z (T,))`` drawn from the model (:meth:`HMM.sample`)."""
+    k_states, k_obs = jax.random.split(key)
+    z = chain.sample_states(k_states, jnp.log(params.initial_probs),
+                            jnp.log(params.transition_matrix), n_steps)
+    return model._sample_emissions(params, z, k_obs), z
 
 
 def occupied(groups, occupancy, seqs) -> list:

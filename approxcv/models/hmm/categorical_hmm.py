@@ -72,6 +72,15 @@ class CategoricalHMM(HMM):
         num = jnp.maximum(counts + self.emission_concentration - 1.0, 1e-10)
         return params._replace(emission_probs=num / jnp.sum(num, -1, keepdims=True))
 
+    def _state_emission_means(self, params):
+        """``B (K, V)``: the mean of the one-hot encoding of ``x`` given each state, so a
+        forecast's ``mean`` is the predictive probability of each symbol."""
+        return params.emission_probs
+
+    def _sample_emissions(self, params, z, key):
+        """``x_t ~ Categorical(B_{z_t})``, ``(T,)`` ints."""
+        return jax.random.categorical(key, jnp.log(params.emission_probs)[z], axis=-1)
+
     def _initial_emissions(self, x, rng, i):
         """Empirical symbol frequencies perturbed by Dirichlet noise, one row per state."""
         freq = np.bincount(x.astype(int), minlength=self.n_symbols) + 1.0

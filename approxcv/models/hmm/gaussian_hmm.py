@@ -27,12 +27,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ..._validate import as_real_array, check_positive, check_positive_int
 from ._data_scale import loc_scale, observed_loc_scale, with_data_scale
 from .._transforms import inverse_gamma_log_prior, normal_log_prior
 from .. import constraints as C
-from .base import HMM, check_array
+from .base import HMM, ar_forecast_mean, check_array, recent_steps
 
 
 class GaussianHMMParams(NamedTuple):
@@ -168,6 +169,33 @@ class GaussianHMM(HMM):
         ss = jnp.maximum(sxx - 2.0 * mu * sx + nk * mu ** 2, 0.0)
         var = (0.5 * ss + self.var_scale * scale ** 2) / (0.5 * nk + self.var_shape + 1.0)
         return params._replace(means=mu, variances=var)
+
+    def _forecast_mean(self, params, x, length, filtered, probs):
+        """``E[x_{T+h} | x_{1..T}]``, ``(horizon, R)``: ``sum_k P_{T+h}(k) mu_k`` without
+        lags, the exact moment recursion of
+        :func:`~approxcv.models.hmm.base.ar_forecast_mean` with them (diagonal ``C_{k,l} =
+        diag(a_{k,l})``)."""
+        return ar_forecast_mean(
+            jnp.asarray(params.transition_matrix), filtered, probs, params.means,
+            lambda n: jnp.sum(params.ar_coeffs * n, axis=1),
+            recent_steps(x, length, self.ar_order))
+
+    def _sample_emissions(self, params, z, key):
+        """``x_t = mu_{z_t} + sum_l a_{z_t,l} * x_{t-l} + sigma_{z_t} * eps_t``, ``eps_t ~
+        N(0, I)``, ``(T, R)``; one ``lax.scan`` over time with the lags (zero before the
+        start) in the carry."""
+        sd = jnp.sqrt(params.variances)
+        noise = sd[z] * jax.random.normal(key, (z.shape[0], params.means.shape[1]))
+        if not self.ar_order:
+            return params.means[z] + noise
+
+        def step(lags, inputs):
+            k, e = inputs
+            x = params.means[k] + jnp.sum(params.ar_coeffs[k] * lags, axis=0) + e
+            return jnp.concatenate([x[None], lags[:-1]]), x
+
+        lags = jnp.zeros((self.ar_order, params.means.shape[1]))
+        return lax.scan(step, lags, (z, noise))[1]
 
     def _initial_emissions(self, x, rng, i):
         """k-means (k-means++ seeding, 20 Lloyd iterations; seed varies per start) on the

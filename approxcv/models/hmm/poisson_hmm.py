@@ -77,6 +77,14 @@ class PoissonHMM(HMM):
         num = jnp.maximum(r.T @ x + self.rate_shape - 1.0, 1e-10)
         return params._replace(rates=num / (jnp.sum(r, 0) + self.rate_rate))
 
+    def _state_emission_means(self, params):
+        """``E[x | z = k] = lambda_k``, ``(K,)``."""
+        return params.rates
+
+    def _sample_emissions(self, params, z, key):
+        """``x_t ~ Poisson(lambda_{z_t})``, ``(T,)`` ints."""
+        return jax.random.poisson(key, params.rates[z])
+
     def _initial_emissions(self, x, rng, i):
         """Rates at jittered quantiles of the counts (plain quantiles for the first start)."""
         k = self.n_states

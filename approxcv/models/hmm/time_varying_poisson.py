@@ -43,6 +43,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.scipy.special import gammaln
 
 from ...optim import batched_newton_minimize
@@ -315,6 +316,24 @@ class TimeVaryingPoisson(HMM):
         """``lambda_0 > 0``; ``delta``, ``h`` on simplexes scaled to their lengths; ``a, b > 0``."""
         return (C.Positive(), C.Simplex(float(self.days_per_week)),
                 C.Simplex(float(self.num_slots)), C.Positive(), C.Positive())
+
+    def _forecast_mean(self, params, x, length, filtered, probs):
+        """``E[x_{T+h} | x_{1..T}] = lambda_{T+h} + p(z_{T+h} = 1 | x_{1..T}) a / b``,
+        ``(horizon,)``, at the background rate of each step ahead (its slot and day)."""
+        horizon = probs.shape[0]
+        rates = lax.dynamic_slice_in_dim(self.rates(params, x.shape[0] + horizon), length,
+                                         horizon)
+        return rates + probs[:, 1] * params.excess_shape / params.excess_rate
+
+    def _sample_emissions(self, params, z, key):
+        """``x_t = n_t + z_t e_t``: ``n_t ~ Poisson(lambda_t)`` and the excess ``e_t ~
+        NB(a, b / (1 + b))`` drawn as ``Poisson(g_t)``, ``g_t ~ Gamma(a, rate b)``;
+        ``(T,)`` ints."""
+        k_normal, k_gamma, k_excess = jax.random.split(key, 3)
+        steps = z.shape[0]
+        normal = jax.random.poisson(k_normal, self.rates(params, steps))
+        mixing = jax.random.gamma(k_gamma, params.excess_shape, (steps,)) / params.excess_rate
+        return normal + jnp.where(z == 1, jax.random.poisson(k_excess, mixing), 0)
 
     #: the normal and the event state have emissions of different forms (the event adds
     #: an excess): they never coincide (:mod:`approxcv.models.hmm._collapse`)
