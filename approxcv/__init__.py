@@ -19,7 +19,7 @@ _jax_setup.install()
 
 #: subpackages and modules reached as attributes, ``acv.models``
 _MODULES = ("cli", "composite", "datasets", "engine", "errors", "folds", "inference",
-            "models", "optim", "report", "results", "selection")
+            "models", "optim", "plot", "report", "results", "selection")
 #: names reached as attributes, ``acv.cross_validate``: the module that defines them
 _NAMES = {"cross_validate": "api", "register_method": "engine.registry",
           "Problem": "problem", "make_problem": "problem",
@@ -46,5 +46,5 @@ def __dir__():
 
 __all__ = ["cross_validate", "CVResult", "compare", "accuracy", "load_result",
            "load_results", "folds", "models", "engine", "inference", "composite", "datasets",
-           "errors", "optim", "results", "selection", "report",
+           "errors", "optim", "plot", "results", "selection", "report",
            "register_method", "Problem", "make_problem", "select", "Selection", "__version__"]

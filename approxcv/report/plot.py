@@ -1,13 +1,14 @@
 """Figures: approximate vs exact scatter with the x = y line, timing bars and a model
-comparison (matplotlib)."""
+comparison (matplotlib). The scatter and the comparison are :mod:`approxcv.plot`'s figures
+(``CVResult.plot``, ``acv.plot.compare``) with the report's titles and an optional file."""
 from __future__ import annotations
 
 import matplotlib
 
 matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 
+from .. import plot as acv_plot  # noqa: E402
 from .._validate import check_choice  # noqa: E402
 from ..results import accuracy  # noqa: E402
 
@@ -16,22 +17,17 @@ __all__ = ["scatter", "timing_bars", "compare"]
 
 def scatter(approx, exact, kind: str = "point", ax=None, path=None, title: str | None = None):
     """Scatter approximate against exact held-out losses (``kind`` ``"point"`` or ``"fold"``)
-    on the folds both results share, with the ``x = y`` line. Saves to ``path`` if given."""
+    on the folds both results share, with the ``x = y`` line and the unreliable folds marked:
+    :meth:`CVResult.plot(exact=...) <approxcv.results.CVResult.plot>`, titled with the mean
+    relative error of :func:`~approxcv.accuracy`. Saves to ``path`` if given."""
     check_choice("kind", kind, ("point", "fold"))
     df = accuracy(approx, exact)
-    df = df[df.kind == kind]
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(4.5, 4.5))
-    ax.scatter(df["exact"], df["approx"], s=12, alpha=0.7, label=approx.method.upper())
-    lo = float(np.nanmin(df[["exact", "approx"]].to_numpy()))
-    hi = float(np.nanmax(df[["exact", "approx"]].to_numpy()))
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="x = y")
-    ax.set_xlabel(f"exact CV {kind} loss")
-    ax.set_ylabel(f"{approx.method.upper()} {kind} loss")
-    ax.set_title(title or f"{approx.method.upper()} vs exact CV "
-                 f"(mean rel. error {df['rel_error'].mean():.2e})")
-    ax.legend(loc="upper left")
+    approx.plot(ax=ax, exact=exact, kind=kind, title=title or (
+        f"{approx.method.upper()} vs exact CV "
+        f"(mean rel. error {df.attrs[f'mean_rel_error_{kind}']:.2e})"))
     if path is not None:
         (fig or ax.figure).tight_layout()
         (fig or ax.figure).savefig(path, dpi=120)
@@ -59,29 +55,13 @@ def timing_bars(seconds: dict, ax=None, path=None, title: str = "time after the 
 
 
 def compare(table, ax=None, path=None, title: str | None = None):
-    """Plot a :func:`~approxcv.compare` table in ArviZ's layout: one row per model,
-    best on top; a filled dot at its ``elpd`` with a ``± se`` bar, and for every other model
-    a grey triangle at ``elpd`` with the paired ``± dse`` bar of its difference to the best
-    (the bar that decides whether the difference is real); a dashed line at the best
-    ``elpd``. Rows with ``warning`` are drawn in red. Saves to ``path`` if given."""
-    fig = None
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 0.6 * len(table) + 1.4))
-    y = -np.arange(len(table), dtype=float)
-    colours = ["tab:red" if w else "k" for w in table["warning"]]
-    for yi, (_, row), c in zip(y, table.iterrows(), colours):
-        ax.errorbar(row["elpd"], yi, xerr=row["se"], fmt="o", color=c, capsize=3)
-        if row["rank"] > 0:
-            ax.errorbar(row["elpd"], yi - 0.25, xerr=row["dse"], fmt="^", color="0.5",
-                        capsize=3)
-    ax.axvline(table["elpd"].iloc[0], ls="--", color="0.6", lw=1)
-    ax.set_yticks(y)
-    ax.set_yticklabels([str(i) for i in table.index])
-    unit = table.attrs.get("unit", "point")
-    ax.set_xlabel("elpd (sum over left-out units)" if unit == "point"
-                  else "elpd per fold (mean over folds)")
-    ax.set_title(title or "model comparison (± se; triangles: ± se of the difference)")
+    """Plot a :func:`~approxcv.compare` table in ArviZ's layout, :func:`approxcv.plot.compare`
+    (best on top; dots ``± se``, grey triangles: the difference to the best ``± dse``; a
+    dashed line at the best ``elpd``; rows with ``warning`` in red). Saves to ``path`` if
+    given."""
+    ax = acv_plot.compare(table, ax=ax, title=title or (
+        "model comparison (± se; triangles: ± se of the difference)"))
     if path is not None:
-        (fig or ax.figure).tight_layout()
-        (fig or ax.figure).savefig(path, dpi=120)
+        ax.figure.tight_layout()
+        ax.figure.savefig(path, dpi=120)
     return ax

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import IncomparableResultsError
-from .result import CVResult
+
+# ``CVResult`` (results/result.py) is named in annotations only and not imported: the
+# result imports this module (CVResult.plot checks its reference with check_comparable)
 
 __all__ = ["check_comparable"]
 
@@ -15,7 +17,7 @@ __all__ = ["check_comparable"]
 _UNIT_KIND = {"within": "observation", "point": "observation", "structure": "structure"}
 
 
-def _inputs(result: CVResult) -> dict:
+def _inputs(result: "CVResult") -> dict:
     """What ``result`` was computed on, for comparisons: its ``level`` and number of
     ``units`` (from the result itself) and the digest of its ``data`` (from its
     :attr:`~CVResult.fingerprint`; ``None``, unknown, for a result built by hand)."""

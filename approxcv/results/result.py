@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import ArgumentTypeError, InvalidArgumentError
 from ..folds import Folds
+from ..plot import result as plot_result
 from .diagnostics import Diagnostics
+from .inputs import check_comparable
 from .storage import save_result
 
 if TYPE_CHECKING:                 # annotations only: pandas is imported when used
@@ -229,6 +231,37 @@ class CVResult:
         ``model`` (a model or a string) is recorded as its ``repr`` for reports
         (``approxcv report``). Returns the ``.json`` path. See :mod:`approxcv.results.storage`."""
         return save_result(self, path, model=model)
+
+    def plot(self, ax=None, exact=None, *, kind: str = "fold", title: str | None = None):
+        """Plot the held-out losses (matplotlib; returns the Axes, shows nothing).
+
+        With ``exact`` (a :class:`CVResult` of ``method="exact"`` on folds of the same ids,
+        computed on the same data, level and units; another method's result is accepted as
+        the reference too): this result's fold losses (``kind="fold"``) or point losses
+        (``kind="point"``) against ``exact``'s on the folds both hold, with the ``y = x``
+        line; folds unreliable in either are red crosses. Without it: the fold losses along
+        the folds (``kind="fold"``), or every left-out unit's loss by unit index
+        (``kind="point"``; for a series, along time), the unreliable folds marked with red
+        crosses. See :func:`approxcv.plot.result`.
+
+        Args:
+            ax: the matplotlib Axes to draw on (``None``: a new figure).
+            exact: the reference result, or ``None``.
+            kind: ``"fold"`` or ``"point"``.
+            title: the Axes' title (``None``: a default).
+
+        Raises:
+            IncomparableResultsError: ``exact`` was computed at another level, on another
+                number of units or on other data.
+            InvalidArgumentError: no fold id in common, or a shared fold leaves out other
+                units.
+        """
+        if exact is not None:
+            if not isinstance(exact, CVResult):
+                raise ArgumentTypeError(f"`exact` must be a CVResult, got "
+                                        f"{type(exact).__name__}")
+            check_comparable({"result": self, "exact": exact}, purpose="plotted together")
+        return plot_result(self, ax=ax, exact=exact, kind=kind, title=title)
 
     @property
     def error_estimate(self):

@@ -41,6 +41,7 @@ from ..executors import run_batches, to_numpy
 from ..folds import as_folds
 from ..models.base import check_model
 from ..results import compare
+from ..results.ranking import check_weights
 
 __all__ = ["select", "Selection", "rank_entries", "warn_entries", "all_failed", "entry_flags",
            "EntryFailure"]
@@ -54,7 +55,8 @@ class Selection:
     Attributes:
         table: one row per entry (indexed by its label): the ranking of
             :func:`~approxcv.results.compare` (best first: ``rank``, ``elpd``,
-            ``se``, ``elpd_diff``, ``dse``, ``n_units``, ``n_unreliable``, ``warning``,
+            ``se``, ``elpd_diff``, ``dse``, ``weight`` (only with ``select(...,
+            weights=)``), ``n_units``, ``n_unreliable``, ``warning``,
             ``method``; ``elpd`` is the expected log predictive density, higher is
             better), then ``n_params`` (free parameters of the fit), ``flag`` (why the
             entry's numbers should not be trusted, ``""`` if nothing: ``degenerate fit
@@ -235,14 +237,18 @@ def build_models(model_factory, entries: Mapping[str, dict]) -> dict:
     return models
 
 
-def _check_folds(models: Mapping, data, folds, level) -> None:
-    """Every model reads ``data`` as the units ``folds`` were built for."""
+def _check_folds(models: Mapping, data, folds, level, weights=None) -> None:
+    """Every model reads ``data`` as the units ``folds`` were built for, and ``weights``
+    (:func:`~approxcv.results.ranking.check_weights`) are defined on those folds."""
+    check_weights(weights)
     for label, model in models.items():
         _, _, n_units = model.prepare(data, level)
         try:
-            as_folds(folds, n_units)
+            checked = as_folds(folds, n_units)
         except ValueError as e:
             raise type(e)(f"{e} (grid entry {label!r})") from e
+    if weights is not None and models:
+        check_weights(weights, [checked[i] for i in range(len(checked))])
 
 
 def _checkpoints(root, labels) -> list:
@@ -256,7 +262,7 @@ def _checkpoints(root, labels) -> list:
 
 def select(model_factory, grid, data, folds, method: str | None = None, *, executor=None,
            fit_kwargs: Mapping[str, Any] | None = None, progress: bool = True,
-           **cv_kwargs) -> Selection:
+           weights: str | None = None, **cv_kwargs) -> Selection:
     """Fit and cross-validate ``model_factory(**hp)`` for every ``hp`` of ``grid``; rank them.
 
     Args:
@@ -277,6 +283,10 @@ def select(model_factory, grid, data, folds, method: str | None = None, *, execu
             ``diagnostics["unreliable_folds"]`` come back.
         fit_kwargs: keyword arguments of ``model.fit(data, **fit_kwargs)``.
         progress: a progress bar over the entries.
+        weights: model weights in the table (a ``weight`` column), as
+            :func:`~approxcv.results.compare`'s ``weights``: ``"stacking"``,
+            ``"pseudo-bma+"`` or ``"pseudo-bma"``; refused before any work on overlapping
+            folds. Demoted and failed entries get no weight (NaN).
         **cv_kwargs: options of :func:`~approxcv.api.cross_validate` (``scheme``, ``level``,
             ``restarts``, ...); ``checkpoint`` is a directory holding one checkpoint per entry.
 
@@ -314,7 +324,7 @@ def select(model_factory, grid, data, folds, method: str | None = None, *, execu
         raise ArgumentTypeError(f"`fit_kwargs` must be a mapping, got {type(fit_kwargs).__name__}")
     entries = grid_entries(grid)
     models = build_models(model_factory, entries)
-    _check_folds(models, data, folds, cv_kwargs.get("level"))
+    _check_folds(models, data, folds, cv_kwargs.get("level"), weights)
     labels = list(entries)
     checkpoint = cv_kwargs.pop("checkpoint", None)
     fit_kwargs = dict(fit_kwargs or {})
@@ -329,7 +339,7 @@ def select(model_factory, grid, data, folds, method: str | None = None, *, execu
         raise all_failed(outs, failures)
     results = {lab: out[1] for lab, out in ran.items()}
     table = rank_entries(results, {lab: entry_flags(results[lab], ran[lab][3], ran[lab][4])
-                                   for lab in ran}, failures, entries)
+                                   for lab in ran}, failures, entries, weights=weights)
     warn_entries("select", failures, table)
     return Selection(table=table, results=results,
                      params={lab: out[0] for lab, out in ran.items()},
@@ -351,13 +361,14 @@ def all_failed(outs, failures: Mapping, noun: str = "grid entry") -> Exception:
 
 
 def rank_entries(results: Mapping, flags: Mapping, failures: Mapping,
-                 columns: Mapping) -> pd.DataFrame:
+                 columns: Mapping, *, weights: str | None = None) -> pd.DataFrame:
     """The table of a :class:`Selection`: :func:`~approxcv.results.compare` of ``results``
     (``{label: CVResult}``, best first), then ``n_params``, ``flag`` (``flags[label]``),
     ``error`` (``failures[label]``, ``""`` for the entries that ran; failed entries come
     last, without ``rank`` or ``elpd``), then one column per key of ``columns`` (``{label:
     {name: value}}``, every entry; a name that is already a column is skipped).
-    ``attrs`` are :func:`~approxcv.results.compare`'s.
+    ``attrs`` are :func:`~approxcv.results.compare`'s. ``weights`` (``compare``'s) adds
+    the ``weight`` column over the ranked entries; demoted and failed ones have NaN.
 
     Entries flagged as a degenerate fit (:data:`DEGENERATE`) are demoted where any entry is
     not: the others are ranked, and each demoted entry follows them without a ``rank``, its
@@ -365,11 +376,12 @@ def rank_entries(results: Mapping, flags: Mapping, failures: Mapping,
     entry (negative where the degenerate fit scores higher)."""
     demoted = [lab for lab in results if flags.get(lab, "").startswith(DEGENERATE)]
     if demoted and len(demoted) < len(results):
-        ranked = compare({lab: r for lab, r in results.items() if lab not in demoted})
+        ranked = compare({lab: r for lab, r in results.items() if lab not in demoted},
+                         weights=weights)
         ranked = pd.concat([ranked, _paired_rows(results, ranked.index[0], demoted)])
         ranked = ranked.astype({"rank": "Int64"})
     else:
-        ranked = compare(dict(results))
+        ranked = compare(dict(results), weights=weights)
     ranked["n_params"] = [int(results[lab].diagnostics.get("num_params", -1))
                           for lab in ranked.index]
     ranked["flag"] = [flags.get(lab, "") for lab in ranked.index]

@@ -39,6 +39,21 @@ def test_select_ranks_a_grid_as_cross_validate_by_hand(ridge_data):
 
 
 
+def test_select_passes_weights_to_compare_and_refuses_them_early(ridge_data):
+    folds = acv.folds.kfold(N, 5)
+    sel = acv.select(acv.models.Ridge, [{"lam": 0.1}, {"lam": 30.0}], ridge_data, folds, "ns",
+                     progress=False, warn=False, weights="stacking")
+    table = acv.compare(sel.results, weights="stacking")
+    np.testing.assert_allclose(sel.table.loc[table.index, "weight"], table["weight"],
+                               rtol=0, atol=1e-12)
+    assert sel.table.attrs["weights"] == "stacking"
+    overlapping = acv.folds.iid(N, 0.2, 6, seed=0)
+    with pytest.raises(InvalidArgumentError, match="overlapping folds"):     # before any fit
+        acv.select(acv.models.Ridge, [{"lam": 0.1}], ridge_data, overlapping, weights="stacking")
+    with pytest.raises(InvalidArgumentError, match="`weights`"):
+        acv.select(acv.models.Ridge, [{"lam": 0.1}], ridge_data, folds, weights="bma")
+
+
 def test_select_uses_each_models_default_method(ridge_data):
     """``method=None`` (the default) is the model's own ``default_method``, as in
     ``cross_validate``: ALOOCV ("ns") for ERM, not the IJ."""
