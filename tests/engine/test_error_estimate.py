@@ -253,16 +253,16 @@ def test_auto_on_a_series_run_with_padding():
 
 
 def test_a_refinement_replaces_an_estimate_only_where_it_is_better_vouched():
-    """auto's NS stage: a step to a non-finite loss or parameters, or with a larger error
-    estimate, keeps the earlier (flagged) estimate; a finite loss always replaces a
-    non-finite one (Puerto Rico deaths: 135 NS steps to non-finite losses had made
-    auto's elpd NaN where the IJ's was finite)."""
+    """auto's NS stage: a step to a non-finite loss or parameters, or without an error
+    estimate where the earlier one had one, keeps the earlier (flagged) estimate; a finite
+    loss always replaces a non-finite one (Puerto Rico deaths: 135 NS steps to non-finite
+    losses had made auto's elpd NaN where the IJ's was finite)."""
     from approxcv.engine.methods.auto import better_vouched
-    old_loss = np.array([1.0, 1.0, 1.0, np.nan, 1.0, 1.0])
-    old_est = np.array([0.5, 0.5, 0.5, np.nan, 0.5, np.nan])
-    new_params = np.array([[0.0], [np.nan], [0.0], [0.0], [0.0], [0.0]])
-    new_loss = np.array([np.inf, 1.0, 1.1, 2.0, 1.2, 1.3])
-    new_est = np.array([0.1, 0.1, 0.2, 0.9, 0.7, np.nan])
+    old_loss = np.array([1.0, 1.0, 1.0, np.nan, 1.0, 1.0, 1.0])
+    old_est = np.array([0.5, 0.5, 0.5, np.nan, 0.5, np.nan, 0.5])
+    new_params = np.array([[0.0], [np.nan], [0.0], [0.0], [0.0], [0.0], [0.0]])
+    new_loss = np.array([np.inf, 1.0, 1.1, 2.0, 1.2, 1.3, 1.4])
+    new_est = np.array([0.1, 0.1, 0.2, 0.9, 0.7, np.nan, np.nan])
     np.testing.assert_array_equal(better_vouched(old_loss, old_est, new_params, new_loss,
                                                  new_est),
-                                  [False, False, True, True, False, True])
+                                  [False, False, True, True, True, True, False])

@@ -11,7 +11,7 @@
    and sent to exact refits costing a third of exact CV;
 3. ``ns`` on the folds no chord round vouches for (or that the IJ cannot vouch for); an NS
    estimate replaces the earlier one only where it is better vouched
-   (:func:`better_vouched`: finite, and an error estimate no larger) — a failed step keeps
+   (:func:`better_vouched`: finite, with an error estimate of its own) — a failed step keeps
    the earlier, flagged estimate, and the fold goes on to the next stage
    (``diagnostics["ns_rejected_folds"]``);
 4. ``exact`` refits of the folds whose NS estimate still exceeds ``tol`` (or that NS cannot
@@ -157,15 +157,16 @@ def chord_rounds(problem, folds, rows, params, correction, previous, chol, optio
 
 def better_vouched(old_loss, old_est, new_params, new_loss, new_est) -> np.ndarray:
     """``(n,) bool``: where a refinement's estimate may replace the earlier one — its
-    parameters and held-out loss are finite, and its error estimate is no larger than the
-    earlier one's (a missing estimate counts as infinite; an earlier non-finite loss is
-    always replaced by a finite one). A step that fails (NS on a fold Hessian that is not
-    positive definite can step to a non-finite loss) keeps the earlier, flagged estimate."""
+    parameters and held-out loss are finite, and it has an error estimate (or the earlier
+    one has none, or an earlier loss was not finite). A step that fails (NS on a fold
+    Hessian that is not positive definite can step to a non-finite loss) keeps the earlier,
+    flagged estimate. Estimates of different methods are not compared by size: NS's own
+    estimate can exceed the IJ's on a fold where NS is the closer of the two (measured on a
+    fold leaving out half of a 120-step series: IJ 4.7 % off, estimated 5.0 %; NS 1.1 %
+    off, estimated 9.0 %)."""
     ok = np.isfinite(new_loss) & np.all(np.isfinite(new_params), axis=1)
-    old_finite = np.isfinite(old_loss)
-    old_e = np.where(old_finite, np.nan_to_num(old_est, nan=np.inf), np.inf)
-    new_e = np.nan_to_num(np.asarray(new_est, np.float64), nan=np.inf)
-    return ok & ((new_e <= old_e) | ~old_finite)
+    old_vouched = np.isfinite(old_loss) & np.isfinite(old_est)
+    return ok & (np.isfinite(new_est) | ~old_vouched)
 
 
 def _any(causes: dict, n: int) -> np.ndarray:
