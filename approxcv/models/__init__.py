@@ -6,7 +6,7 @@ Poisson event model), :mod:`.erm` (regularised empirical risk minimisation), :mo
 (Gaussian processes), and :mod:`.pointwise` (a model from a user's per-unit
 log-likelihood) — on the one
 protocol in :mod:`.base`; every public class is also available here as
-``approxcv.models.<Name>``.
+``approxcv.models.<Name>``, and so is the protocol's base class ``Model`` (docs/own_model.md).
 """
 import importlib as _importlib
 import importlib.abc as _importlib_abc
@@ -27,6 +27,7 @@ _FAMILIES = {
     "mrf": ("HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData"),
     "gp": ("GP", "GPParams"),
     "pointwise": ("Pointwise",),
+    "base": ("Model",),
 }
 _FAMILY_OF = {name: family for family, names in _FAMILIES.items() for name in names}
 
@@ -51,7 +52,7 @@ __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "PoissonRegression", "PoissonRegressionParams", "ElasticNet", "ElasticNetOnSupport",
            "ElasticNetParams", "SupportChangeWarning", "LinearChainCRF", "LinearChainCRFParams",
            "HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData",
-           "GP", "GPParams", "Pointwise"]
+           "GP", "GPParams", "Pointwise", "Model"]
 
 # Modules of the flat layout before the family subpackages (approxcv <= 0.1's
 # ``approxcv.models.poisson_hmm`` etc.) stay importable under their old names, so older
