@@ -1,7 +1,7 @@
 """Shared body of the scikit-learn estimators tuned by approximate leave-one-out.
 
-An estimator validates its input the scikit-learn way (``validate_data``,
-``_check_sample_weight``), converts its penalty to approxcv's convention
+An estimator validates its input the scikit-learn way (``validate_data``; sample weights
+and ``newton_steps`` by :mod:`._checks`), converts its penalty to approxcv's convention
 
     F(theta, b; w) = sum_i w_i s_i phi(x_i^T theta + b, y_i) + sum_g lam_g/2 ||theta_g||^2
 
@@ -17,11 +17,12 @@ import dataclasses
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..api import cross_validate
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from ..folds import leave_one_out
+from ._checks import check_newton_steps, check_sample_weight
 from ._exact_refinement import refine_exact
 from ._models import WEIGHTED_MODELS, pack_response, padded_rows
 from ._penalty_search import search_penalty
@@ -210,8 +211,9 @@ class _ALOLinear(BaseEstimator):
 
     def _validate_fit(self, X, y, sample_weight, **kw):
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2, **kw)
-        sw = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        return X, y, sw
+        if "newton_steps" in self.get_params(deep=False):
+            check_newton_steps(self.newton_steps)
+        return X, y, check_sample_weight(sample_weight, X.shape[0])
 
     def _grid(self, values, n_eff):
         """``lam`` grid: the user's values (``alphas`` or ``Cs``, :func:`check_grid`)

@@ -25,13 +25,14 @@ from sklearn.linear_model import ElasticNet, LogisticRegression, PoissonRegresso
 from sklearn.model_selection import KFold
 from sklearn.pipeline import Pipeline
 
-from .._validate import check_in_range
+from .._validate import check_in_range, check_positive_int
 from ..errors import (ArgumentTypeError, InvalidArgumentError, InvalidDataError,
                       UnsupportedEstimatorError)
 from ..folds import Folds, leave_one_out
 
 __all__ = ["SUPPORTED", "split_pipeline", "check_hyperparameters", "check_cv",
-           "resolve_folds", "design_array", "unsupported"]
+           "resolve_folds", "design_array", "unsupported", "check_sample_weight",
+           "n_samples", "check_newton_steps"]
 
 #: the estimator classes alo_score cross-validates
 SUPPORTED = (Ridge, LogisticRegression, PoissonRegressor, ElasticNet)
@@ -185,3 +186,56 @@ def design_array(X, names=None):
                                    "column(s) do): impute them first (e.g. SimpleImputer) or "
                                    "drop those rows")
     return X
+
+
+def n_samples(X) -> int:
+    """The number of samples (rows) of ``X``: an array, a sparse matrix, a DataFrame or a
+    sequence of rows."""
+    shape = getattr(X, "shape", None)
+    if shape is not None and len(shape) >= 1:
+        return int(shape[0])
+    try:
+        return len(X)
+    except TypeError:
+        raise ArgumentTypeError(f"`X` must be an array-like of samples, got "
+                                f"{type(X).__name__}") from None
+
+
+def check_sample_weight(sample_weight, n: int) -> np.ndarray:
+    """``sample_weight`` as a float64 ``(n,)`` array: ``None`` is all ones, a number is
+    that weight for every sample (scikit-learn's convention); finite and non-negative, with
+    a positive sum.
+
+    Raises:
+        InvalidArgumentError: another shape, a NaN, an infinite or a negative weight, or all
+            weights zero.
+    """
+    if sample_weight is None:
+        return np.ones(n)
+    try:
+        sw = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ArgumentTypeError("`sample_weight` must be numbers, got "
+                                f"{type(sample_weight).__name__}") from None
+    if sw.ndim == 0:
+        sw = np.full(n, float(sw))
+    if sw.shape != (n,):
+        raise InvalidArgumentError(f"`sample_weight` must have shape ({n},) (one weight per "
+                                   f"sample), got {sw.shape}")
+    if not np.all(np.isfinite(sw)) or np.any(sw < 0):
+        raise InvalidArgumentError("`sample_weight` must be finite and >= 0; fix or drop the "
+                                   f"samples at {np.flatnonzero(~(np.isfinite(sw) & (sw >= 0)))[:5].tolist()}")
+    if not np.sum(sw) > 0:
+        raise InvalidArgumentError("every `sample_weight` is zero: at least one sample must "
+                                   "have a positive weight")
+    return sw
+
+
+def check_newton_steps(value) -> int:
+    """``newton_steps`` of the ALOOCV-tuned estimators: an integer ``>= 0`` (0: the grid
+    search alone).
+
+    Raises:
+        InvalidArgumentError: a negative, fractional or non-integer value.
+    """
+    return check_positive_int("newton_steps", value, minimum=0)

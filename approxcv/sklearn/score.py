@@ -24,14 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.base import clone
 from sklearn.linear_model import ElasticNet, LogisticRegression, PoissonRegressor, Ridge
-from sklearn.utils.validation import _check_sample_weight, check_X_y
+from sklearn.utils.validation import check_X_y
 
 from ..api import cross_validate
 from ..errors import BadlyScaledDataError, FitError
 from ..models.erm.elastic_net import ElasticNet as ACVElasticNet
 from ..results import CVResult
-from ._checks import (check_cv, check_hyperparameters, design_array, resolve_folds,
-                      split_pipeline, unsupported)
+from ._checks import (check_cv, check_hyperparameters, check_sample_weight, design_array,
+                      resolve_folds, split_pipeline, unsupported)
 from ._models import WeightedLogistic, WeightedPoisson, WeightedRidge, pack_response
 from ._scoring import KINDS
 
@@ -172,7 +172,7 @@ def run_alo(estimator, X, y, cv=None, sample_weight=None) -> ALORun:
         names = _feature_names(fitted)
     X, y = check_X_y(design_array(X, names), y, dtype=np.float64,
                      y_numeric=not isinstance(last, LogisticRegression))
-    sw = _check_sample_weight(sample_weight, X, dtype=np.float64)
+    sw = check_sample_weight(sample_weight, X.shape[0])
     model, data_y, scale = approxcv_model(last, y, sw)
     data = (X, data_y)
     n = X.shape[0]

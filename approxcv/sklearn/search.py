@@ -23,10 +23,10 @@ import numpy as np
 from scipy.stats import rankdata
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.model_selection import ParameterGrid
-from sklearn.utils.validation import _num_samples, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
 from ..errors import ArgumentTypeError, InvalidArgumentError
-from ._checks import check_cv, check_hyperparameters, resolve_folds
+from ._checks import check_cv, check_hyperparameters, n_samples, resolve_folds
 from ._scoring import check_scoring, split_scores, weighted_mean_std
 from .score import run_alo
 
@@ -142,7 +142,7 @@ class ALOSearchCV(MetaEstimatorMixin, BaseEstimator):
         cv = check_cv(self.cv)
         candidates = list(ParameterGrid(self.param_grid))
         estimators = _check_candidates(self.estimator, candidates, self.scoring)
-        folds = resolve_folds(cv, X, y, _num_samples(X))
+        folds = resolve_folds(cv, X, y, n_samples(X))
         _say(verbose, 1, f"ALOSearchCV: {len(folds)} folds for each of {len(candidates)} "
                          "candidates, one full-data fit each")
         runs = []

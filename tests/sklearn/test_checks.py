@@ -153,3 +153,20 @@ def test_odd_pandas_columns_reaching_the_estimator_are_named(frame, column, matc
     assert f"passthrough__{column}" in str(info.value)
     with pytest.raises(InvalidDataError, match=f"'{column}'"):
         alo_score(Ridge(), df[["a", column]], y)
+
+
+@pytest.mark.parametrize("bad", [-3, 2.5, "2", None])
+def test_newton_steps_must_be_a_non_negative_integer(bad):
+    from approxcv.sklearn import RidgeALO
+    X, y = np.random.default_rng(0).standard_normal((12, 2)), np.arange(12.0)
+    with pytest.raises(InvalidArgumentError, match="newton_steps"):
+        RidgeALO(newton_steps=bad).fit(X, y)
+
+
+@pytest.mark.parametrize("bad, match", [(np.ones(3), "shape"), ([1.0] * 11 + [np.nan], "finite"),
+                                        ([1.0] * 11 + [-1.0], ">= 0"), (np.zeros(12), "is zero")])
+def test_sample_weight_checked_by_name(bad, match):
+    from approxcv.sklearn import RidgeALO
+    X, y = np.random.default_rng(0).standard_normal((12, 2)), np.arange(12.0)
+    with pytest.raises(InvalidArgumentError, match=match):
+        RidgeALO().fit(X, y, sample_weight=bad)
