@@ -2,7 +2,8 @@
 report``, :mod:`~approxcv.report.page`; its sections in :mod:`~approxcv.report.sections`,
 approximate results paired with exact ones in :mod:`~approxcv.report.exact`, HTML pieces in
 :mod:`~approxcv.report.markup`) and the figures (:mod:`~approxcv.report.plot`, matplotlib).
-Importing it imports matplotlib (with the Agg backend unless one is chosen)."""
+Importing it imports matplotlib; its figures are drawn outside pyplot (no backend is
+chosen, no figure is left open)."""
 from . import plot
 from .page import build_report, nothing_read, read_summary, report_html, report_path
 

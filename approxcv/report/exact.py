@@ -12,7 +12,7 @@ from ..errors import InvalidArgumentError
 from ..results import accuracy
 from ..results.storage import SavedResult
 from . import markup as H
-from .plot import scatter
+from .plot import figure_axes, scatter
 
 MAX_ROWS = 50       # rows of a per-fold table before it is cut (the note says how many)
 
@@ -94,10 +94,9 @@ def _pair_summary(p: Pair) -> str:
 
 def _pair_figures(p: Pair) -> str:
     """Approximate against exact losses per point and per fold, side by side."""
-    import matplotlib.pyplot as plt
     figs = []
     for kind in ("point", "fold"):
-        fig, ax = plt.subplots(figsize=(4.6, 4.4))
+        fig, ax = figure_axes((4.6, 4.4))
         err = p.table.attrs[f"mean_rel_error_{kind}"]
         scatter(p.approx.result, p.exact.result, kind=kind, ax=ax,
                 title=f"per {kind}: mean rel. error {err:.2e}")
@@ -132,9 +131,8 @@ def approx_exact_section(pairs: list[Pair]) -> tuple:
 
 def _estimate_figure(s: SavedResult, est: np.ndarray, tol: float) -> str:
     """Histogram of ``log10`` of the positive finite error estimates, ``tol`` marked."""
-    import matplotlib.pyplot as plt
     pos = est[np.isfinite(est) & (est > 0)]
-    fig, ax = plt.subplots(figsize=(5, 3.4))
+    fig, ax = figure_axes((5, 3.4))
     if pos.size:
         ax.hist(np.log10(pos), bins=30, color="tab:blue", alpha=0.8)
     if tol > 0:
@@ -152,10 +150,9 @@ def _estimate_figure(s: SavedResult, est: np.ndarray, tol: float) -> str:
 
 def _measured_figure(p: Pair, table: pd.DataFrame) -> str:
     """Estimated against measured relative error of each exactly refitted fold (log-log)."""
-    import matplotlib.pyplot as plt
     finite = np.isfinite(table.error_estimate) & np.isfinite(table.rel_error)
     ok = table[finite & (table.error_estimate > 0) & (table.rel_error > 0)]
-    fig, ax = plt.subplots(figsize=(4.6, 4.4))
+    fig, ax = figure_axes((4.6, 4.4))
     ax.loglog(ok.rel_error, ok.error_estimate, "o", ms=5, alpha=0.8)
     if len(ok):
         lo = float(min(ok.rel_error.min(), ok.error_estimate.min()))

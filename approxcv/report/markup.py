@@ -54,12 +54,11 @@ def key_values(pairs, header=("quantity", "value")) -> str:
 
 
 def figure(fig, caption: str, alt: str) -> str:
-    """The matplotlib figure ``fig`` as an embedded PNG with a caption; closes ``fig``."""
-    import matplotlib.pyplot as plt
+    """The matplotlib figure ``fig`` (a :class:`~matplotlib.figure.Figure` outside pyplot,
+    :func:`approxcv.report.plot.figure_axes`) as an embedded PNG with a caption."""
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
     data = base64.b64encode(buf.getvalue()).decode("ascii")
     return (f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
             f"<figcaption>{esc(caption)}</figcaption></figure>")

@@ -36,27 +36,52 @@ def skipped_section(skipped: list[Skipped]) -> tuple:
 
 
 def results_section(saved, result_dir: Path) -> tuple:
-    """``(anchor, title, body)``: one row per result: what it is, its means, headline
-    diagnostics."""
+    """``(anchor, title, body)``: one row per result: what it is, the fold set it was
+    computed on (results with the same letter share data, level and folds), its means and
+    headline diagnostics. No column ranks the rows: means over different fold sets, or over
+    each result's own reliable folds, are not comparable (the model comparison ranks results
+    on the same folds only)."""
+    sets: dict[tuple, str] = {}
     rows = []
     for s in saved:
         r, summ = s.result, s.result.summary()
         d = r.diagnostics
+        key = _inputs_key(s)
+        fold_set = sets.setdefault(key, _fold_set_name(len(sets)))
         rows.append({"result": s.label, "method": r.method, "model": model_name(s),
-                     "scheme": r.scheme or "–", "level": r.level, "folds": len(r),
+                     "scheme": r.scheme or "–", "level": r.level, "fold set": fold_set,
+                     "folds": len(r),
                      "units left out": int(sum(len(p) for p in r.point_loss)),
-                     "reliable folds": summ["n_reliable"],
+                     "unreliable folds": len(r) - summ["n_reliable"],
                      "mean fold loss": summ["mean_fold_loss"],
-                     "mean fold loss, reliable": summ["mean_fold_loss_reliable"],
                      "mean point loss": summ["mean_point_loss"],
                      "grad norm": d.get("grad_norm", np.nan),
                      "Hessian min eig": d.get("hessian_min_eig", np.nan),
                      "jitter": d.get("jitter", np.nan)})
+    shared = len(sets) == 1 and len(saved) > 1
     body = (H.table(pd.DataFrame(rows), index=False)
             + H.note("Losses are -log p(x_o | x_kept) of the left-out units: lower is better. "
-                     "'reliable' folds are those the method vouches for (see 'Unreliable "
-                     f"folds'). Read from {len(saved)} result(s) saved in {result_dir}."))
+                     + ("Every result here is on the same data, level and folds (fold set "
+                        "A). " if shared else
+                        f"The results are on {len(sets)} different fold sets (data, level and "
+                        "folds; the letter in 'fold set'): means of rows with different "
+                        "letters are over different folds and are not comparable — an "
+                        "exact run on 10 folds beside an approximate one on 1,000 is a check "
+                        "of those 10 folds, not a ranking. ")
+                     + "The means are over all folds, unreliable ones included (see "
+                     "'Unreliable folds'); to rank results, see 'Model comparison'. "
+                     f"Read from {len(saved)} result(s) saved in {result_dir}."))
     return "results", "Results", body
+
+
+def _fold_set_name(i: int) -> str:
+    """``A``, ``B``, ..., ``Z``, ``AA``, ...: the name of the ``i``-th fold set."""
+    name = ""
+    i += 1
+    while i:
+        i, rem = divmod(i - 1, 26)
+        name = chr(65 + rem) + name
+    return name
 
 
 def _flatten(d: dict, prefix: str = ""):
@@ -123,7 +148,6 @@ def comparison_section(saved) -> tuple:
 def timing_section(saved, pairs) -> tuple:
     """``(anchor, title, body)``: seconds of every result by stage, and timing bars
     (with the exact time extrapolated to an approximate result's folds, labelled so)."""
-    import matplotlib.pyplot as plt
     stages = sorted({k for s in saved for k in s.result.stage_seconds})
     rows = []
     for s in saved:
@@ -133,19 +157,21 @@ def timing_section(saved, pairs) -> tuple:
                      "fit": np.nan if r.fit_seconds is None else r.fit_seconds,
                      **{f"stage: {k}": r.stage_seconds.get(k, np.nan) for k in stages}})
     bars = {result_name(s): s.result.seconds for s in saved}
+    n_folds = {result_name(s): len(s.result) for s in saved}
     for p in compared(pairs):
         n_a, e = len(p.approx.result), p.exact.result
         if n_a > len(e):
-            bars[f"{p.exact.label}, extrapolated to {n_a} folds"] = e.seconds / len(e) * n_a
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    plot.timing_bars(bars, ax=ax, title="time after the fit")
-    ax.tick_params(axis="x", labelrotation=15)
+            label = f"{p.exact.label}, extrapolated"
+            bars[label], n_folds[label] = e.seconds / len(e) * n_a, n_a
+    fig, ax = plot.figure_axes((7, 1.2 + 0.55 * len(bars)))
+    plot.timing_bars(bars, n_folds, ax=ax, title="time after the fit")
     body = (H.table(pd.DataFrame(rows), index=False)
             + H.note("Wall seconds after the full-data fit ('fit': the fit, where "
                      "cross_validate ran it); stages as recorded by each method. An "
                      "extrapolated bar is the measured exact time per fold times the "
                      "approximate result's number of folds.")
-            + H.figure(fig, "Time of each saved run (log scale).", "timing bars"))
+            + H.figure(fig, "Time of each saved run, with the folds it covered and its time "
+                       "per fold.", "timing bars"))
     return "timings", "Timings", body
 
 

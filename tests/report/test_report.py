@@ -295,3 +295,31 @@ def test_report_on_a_full_disk_leaves_the_earlier_report_intact(saved, tmp_path,
         "No space left on device (free some space" in err[0], err
     assert out.read_text() == "the earlier report"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]   # no temporary
+
+
+def test_results_table_names_fold_sets_and_ranks_nothing(saved):
+    """The results table said nothing when an exact run on 4 folds stood beside IJ on 12,
+    and its 'mean fold loss, reliable' column compared each result's own reliable subset."""
+    from approxcv.report.sections import results_section
+    from approxcv.results.storage import scan_results
+    root, results, _ = saved
+    _, _, body = results_section(scan_results(root)[0], root)
+    assert "mean fold loss, reliable" not in body and "fold set" in body
+    assert "2 different fold sets" in body and "not comparable" in body
+
+
+def test_timing_bars_are_horizontal_linear_and_say_the_folds(tmp_path):
+    import matplotlib.pyplot as plt
+    from approxcv.report.plot import timing_bars
+    before = plt.get_fignums()
+    ax = timing_bars({"IJ": 8.0, "exact (measured)": 20.0, "exact (extrapolated)": 2000.0},
+                     {"IJ": 1000, "exact (measured)": 10, "exact (extrapolated)": 1000},
+                     path=tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 0
+    assert ax.get_xscale() == "linear"
+    assert sorted(t.get_text() for t in ax.get_yticklabels()) == [
+        "IJ", "exact (extrapolated)", "exact (measured)"]
+    notes = [t.get_text() for t in ax.texts]
+    assert any("1000 folds, 0.008 s per fold" in n for n in notes)
+    assert any("10 folds, 2 s per fold" in n for n in notes)
+    assert plt.get_fignums() == before          # drawn outside pyplot: nothing left open
