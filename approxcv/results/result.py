@@ -169,25 +169,38 @@ class CVResult:
                                             self.stage_seconds.items()},
                 **{k: v for k, v in self.diagnostics.items() if np.isscalar(v)}}
 
-    def to_arviz(self):
-        """The result as an arviz-stats ``ELPDData`` (``kind="loo"``): ``elpd_i`` is minus the
-        point losses (one entry per left-out unit, in fold order, coordinate ``obs`` = the
-        unit), ``elpd`` their sum, ``se = sqrt(n) sd(elpd_i)``, ``pareto_k`` from
-        ``diagnostics["pareto_k"]`` where a method reports it (else zeros: no importance
-        sampling happened), ``warning`` if any fold is unreliable (:attr:`unreliable`, which
-        includes folds whose loss is not finite). ``arviz_stats.compare`` accepts it beside
-        results of any other model or method with the same units.
+    def to_arviz(self, unit: str = "auto"):
+        """The result as an arviz-stats ``ELPDData`` (``kind="loo"``).
+
+        ``unit="point"`` (what ``"auto"`` picks when no unit is left out twice: leave-one-out,
+        k-fold): ``elpd_i`` is minus the point losses (one entry per left-out unit, in fold
+        order, coordinate ``obs`` = the unit), ``elpd`` their sum. ``unit="fold"`` (what
+        ``"auto"`` picks on overlapping folds — leave-future-out, repeated i.i.d. folds — where
+        per-unit sums would count a unit up to once per fold): the observations are the
+        folds, ``elpd_i = log p(x_o | x_kept)`` of each (coordinate ``obs`` = the fold id)
+        and ``elpd`` their sum, ``n_data_points`` the number of folds; ``ELPDData.attrs``
+        (``approxcv_unit``) says which. ``unit="point"`` on overlapping folds is refused.
+        Either way ``se = sqrt(n) sd(elpd_i)`` and ``warning`` is set if any fold is
+        unreliable (:attr:`unreliable`, which includes folds whose loss is not finite).
+
+        ``pareto_k`` is ``diagnostics["pareto_k"]`` where a method did importance sampling
+        and reports it, else ``None``: no k-hat was computed, so none is shown (as "good" or
+        otherwise) in arviz-stats' summary.
+        ``arviz_stats.compare`` accepts the result beside results of any other model or
+        method with the same observations.
 
         ``p`` (the effective number of parameters, ``p_loo = lpd - elpd``) is
         ``diagnostics["p_loo"]`` where a method reports it, else ``sum(lpd_full) - elpd``
         where ``diagnostics["lpd_full"]`` holds the in-sample log densities of the left-out
         units (``log p(x_t | x_kept; theta_full)``, one per unit in the order of
         ``elpd_i``): ``cross_validate(..., in_sample=True)`` records it (one more held-out
-        pass, about a third of an IJ run, so it is not the default). Without either ``p``
-        is NaN ("not computed"), which ``arviz_stats.compare`` shows as its ``p`` column and
-        uses for nothing else (ranks, differences and standard errors do not depend on it).
+        pass, about a third of an IJ run, so it is not the default). Without either (and
+        always with ``unit="fold"``) ``p`` is NaN ("not computed"), which
+        ``arviz_stats.compare`` shows as its ``p`` column and uses for nothing else.
 
         Raises:
+            InvalidArgumentError: ``unit`` is not ``"auto"``, ``"point"`` or ``"fold"``, or
+                ``"point"`` on overlapping folds.
             ImportError: arviz-stats (a dependency of approxcv) is not installed.
         """
         try:
@@ -196,20 +209,42 @@ class CVResult:
         except ImportError as err:   # pragma: no cover - a declared dependency
             raise ImportError("to_arviz() needs arviz-stats: pip install 'arviz-stats[xarray]'"
                               ) from err
-        elpd_i = -np.concatenate([np.asarray(p, float) for p in self.point_loss])
-        units = np.concatenate([np.asarray(self.folds[i]) for i in range(len(self))])
+        if unit not in ("auto", "point", "fold"):
+            raise InvalidArgumentError(f"`unit` must be 'auto', 'point' or 'fold', got "
+                                       f"{unit!r}")
+        natural = self.elpd_unit
+        if unit == "point" and natural == "fold":
+            raise InvalidArgumentError(
+                "to_arviz(unit='point') needs every unit left out at most once, but these "
+                "folds overlap (a unit is left out by several folds: leave-future-out, "
+                "repeated i.i.d. folds), so a per-unit elpd would count it repeatedly; use "
+                "unit='fold' (the folds as the observations) or 'auto'")
+        unit = natural if unit == "auto" else unit
         k = self.diagnostics.get("pareto_k")
-        k = np.zeros(elpd_i.size) if k is None else np.asarray(k, float).reshape(-1)
+        if unit == "fold":
+            elpd_i = -np.asarray(self.fold_loss, float)
+            obs = np.asarray(self.fold_ids)
+            k = None
+            p = float("nan")
+        else:
+            elpd_i = -np.concatenate([np.asarray(pl, float) for pl in self.point_loss])
+            obs = np.concatenate([np.asarray(self.folds[i]) for i in range(len(self))])
+            k = None if k is None else np.asarray(k, float).reshape(-1)
+            p = self._p_loo(float(elpd_i.sum()), elpd_i.size)
         n = elpd_i.size
-        coords = {"obs": units}
-        return ELPDData(
+        coords = {"obs": obs}
+        out = ELPDData(
             kind="loo", elpd=float(elpd_i.sum()),
             se=float(np.sqrt(n) * np.std(elpd_i, ddof=1)) if n > 1 else float("nan"),
-            p=self._p_loo(float(elpd_i.sum()), n),
-            n_samples=int(self.diagnostics.get("n_samples", 1)), n_data_points=n,
+            p=p, n_samples=int(self.diagnostics.get("n_samples", 1)), n_data_points=n,
             scale="log", warning=bool(self.unreliable.any()), good_k=0.7,
             elpd_i=xr.DataArray(elpd_i, dims=("obs",), coords=coords),
-            pareto_k=xr.DataArray(k, dims=("obs",), coords=coords))
+            pareto_k=None if k is None else xr.DataArray(k, dims=("obs",), coords=coords))
+        if hasattr(out, "attrs") and isinstance(getattr(out, "attrs"), dict):
+            out.attrs["approxcv_unit"] = unit
+        else:
+            out.approxcv_unit = unit
+        return out
 
     def _p_loo(self, elpd: float, n: int) -> float:
         """``p_loo = lpd - elpd`` from ``diagnostics`` (see :meth:`to_arviz`), else NaN."""

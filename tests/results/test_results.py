@@ -229,6 +229,30 @@ def test_to_arviz_fills_p_from_the_in_sample_density_and_flags_nan_folds(loo_pai
     assert _result(folds, nan[:, None]).to_arviz().warning   # unflagged NaN fold: a warning
 
 
+def test_to_arviz_on_overlapping_folds_exports_folds_and_no_pareto_k():
+    """Leave-future-out folds overlap: to_arviz() used to report elpd_loo over every unit
+    counted once per fold, with a Pareto-k table of "good 100 %" where no importance
+    sampling was done."""
+    arviz_stats = pytest.importorskip("arviz_stats")
+    folds = acv.folds.leave_future_out(30, [20, 24, 27])
+    loss = [np.full(len(folds[i]), 0.5 + i) for i in range(len(folds))]
+    res = _result(folds, loss)
+    e = res.to_arviz()
+    assert e.n_data_points == 3 and e.approxcv_unit == "fold"
+    np.testing.assert_allclose(np.asarray(e.elpd_i), -res.fold_loss, rtol=0)
+    np.testing.assert_array_equal(e.elpd_i["obs"], res.fold_ids)
+    assert e.elpd == pytest.approx(-res.fold_loss.sum()) and e.pareto_k is None
+    assert "good" not in str(e)
+    with pytest.raises(InvalidArgumentError, match="overlap"):
+        res.to_arviz(unit="point")
+    with pytest.raises(InvalidArgumentError, match="unit"):
+        res.to_arviz(unit="units")
+    loo = _result(acv.folds.leave_one_out(5), np.ones((5, 1)))
+    assert loo.to_arviz().pareto_k is None and loo.to_arviz().approxcv_unit == "point"
+    assert loo.to_arviz(unit="fold").n_data_points == 5
+    arviz_stats.compare({"a": res.to_arviz(), "b": _result(folds, [p + 1 for p in loss]).to_arviz()})
+
+
 def _full_fit(problem, folds, options):
     """A method whose every fold keeps the full-data fit (its held-out losses are the
     in-sample ones)."""
