@@ -1,4 +1,5 @@
 import contextlib
+import gc
 import os
 from pathlib import Path
 
@@ -42,6 +43,23 @@ def _release_compiled_programs():
     if _mapped_regions() > MAX_MAPPED_REGIONS:
         jax.clear_caches()
         _program_cache.clear()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    """Release every compiled program and freeze what is left out of the garbage collector
+    before the session's last hooks. At the end of a session pytest's unraisable-exception
+    plugin runs ``gc.collect()`` five times; in an xdist worker holding thousands of JAX
+    objects, on a loaded machine, that took longer than the 5 s execnet gives a worker to
+    finish after the controller asks it to stop, and execnet then sends the worker a SIGINT:
+    the ``KeyboardInterrupt`` landed in JAX's and hypothesis's gc callbacks and pytest
+    printed it as two ``PytestUnraisableExceptionWarning`` tracebacks. Here the work runs
+    before the worker reports that it has finished (xdist's own hook reports after this
+    one), and the later collections pass over a frozen heap in milliseconds."""
+    jax.clear_caches()
+    _program_cache.clear()
+    gc.collect()
+    gc.freeze()
 
 
 #: leaves room for the largest module's regions below the kernel's 65,530
