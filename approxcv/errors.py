@@ -127,6 +127,13 @@ class UnreliableFoldWarning(ApproxCVWarning):
     """Some folds' estimates cannot be vouched for (``diagnostics['unreliable_folds']``)."""
 
 
+class HeldFixedWarning(ApproxCVWarning):
+    """Some parameters of a model converted from another library are held fixed: the data
+    cannot move them (a probability at the boundary of its simplex, a start probability of
+    one sequence) or the other library did not estimate them. The message names them and
+    why; the model's ``prior.reasons`` records them."""
+
+
 class ClosedExecutorError(InvalidArgumentError):
     """The ``executor`` cannot take tasks: a Dask ``Client`` that is closed (or closing, or
     cut off from its scheduler), or a ``concurrent.futures`` executor after ``shutdown()``.
@@ -177,8 +184,15 @@ class UnsupportedMethodError(InvalidArgumentError):
     lists the methods it supports."""
 
 
+class UnfittedEstimatorError(InvalidArgumentError):
+    """An estimator of another library that has not been fitted (it has none of the
+    fitted attributes a converter reads); the message says to fit it first."""
+
+
 class UnsupportedEstimatorError(InvalidArgumentError):
     """A scikit-learn estimator, or one of its settings, that :mod:`approxcv.sklearn` cannot
     cross-validate approximately (another model class, a solver-specific objective,
-    ``class_weight``, an L1 penalty of logistic regression, more than two classes, ...); the
-    message names the estimator and the setting, and what is supported."""
+    ``class_weight``, an L1 penalty of logistic regression, more than two classes, ...), or
+    an hmmlearn model :func:`approxcv.models.from_hmmlearn` cannot represent (a covariance
+    type, several Poisson features); the message names the estimator and the setting, and
+    what is supported."""

@@ -21,6 +21,14 @@ def dirichlet_log_prior(log_probs, concentration):
     return jnp.sum((concentration - 1.0) * log_probs)
 
 
+def dirichlet_map(counts, concentration):
+    """MAP of probabilities (last axis) under a Dirichlet prior given expected counts:
+    ``p_k ∝ counts_k + alpha - 1`` (floored at 1e-10 for ``alpha < 1``; EM then rejects the
+    step if it raises the objective)."""
+    num = jnp.maximum(counts + concentration - 1.0, 1e-10)
+    return num / jnp.sum(num, axis=-1, keepdims=True)
+
+
 def gamma_log_prior(log_x, shape, rate):
     """``sum (a - 1) log x - b x`` for ``x = exp(log_x)`` (Gamma(a, b) without normaliser)."""
     return jnp.sum((shape - 1.0) * log_x - rate * jnp.exp(log_x))

@@ -21,8 +21,8 @@ from .._arrays import array_module
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from ._transforms import logits_to_log_simplex
 
-__all__ = ["Constraint", "Real", "Positive", "Unit", "Simplex", "LowerCholesky",
-           "constrain", "unconstrain", "check_constraints", "by_name", "NAMES"]
+__all__ = ["Constraint", "Real", "Positive", "Unit", "Simplex", "LowerCholesky", "Fixed",
+           "PartlyFixedSimplex", "nested_tuple", "constrain", "unconstrain", "check_constraints", "by_name", "NAMES"]
 
 
 class Constraint:
@@ -166,6 +166,101 @@ class LowerCholesky(Constraint):
             return "must have a positive diagonal"
         if self.diagonal and not np.allclose(value, np.tril(np.triu(value)), atol=0):
             return "must be diagonal"
+        return None
+
+
+def nested_tuple(value):
+    """``value`` (an array) as nested tuples of Python floats: a hashable, exact copy (the
+    held values of :class:`Fixed` and :class:`PartlyFixedSimplex`, a prior's arrays)."""
+    arr = np.asarray(value, dtype=np.float64)
+    return float(arr) if arr.ndim == 0 else tuple(nested_tuple(a) for a in arr)
+
+
+def _held_equal(value, held) -> bool:
+    """``value`` equals the ``held`` values to round-off (relative ``1e-9``)."""
+    return bool(np.allclose(value, held, rtol=1e-9, atol=1e-300))
+
+
+@dataclass(frozen=True)
+class Fixed(Constraint):
+    """A leaf held at ``values`` (nested tuples, :func:`nested_tuple`): no unconstrained
+    coordinates (``(0,)``), so the leaf is a constant of the objective and of every
+    derivative — a parameter the data cannot move, or one the fit did not estimate."""
+    maps_numpy_rows = True
+    values: tuple | float = ()
+
+    def forward(self, u):
+        xp = array_module(u)
+        held = xp.asarray(self.values, dtype=xp.float64)
+        return xp.broadcast_to(held, u.shape[:-1] + held.shape)
+
+    def inverse(self, value):
+        return array_module(value).zeros(np.shape(value)[:np.ndim(value) - np.ndim(
+            self.values)] + (0,))
+
+    def check(self, value):
+        return None if _held_equal(value, self.values) else (
+            "is held fixed and must equal its held values (the fitted estimator's)")
+
+
+@dataclass(frozen=True)
+class PartlyFixedSimplex(Constraint):
+    """Rows of a simplex (last axis, e.g. a transition matrix ``(K, K)``) some of whose
+    entries are held at ``values`` (nested tuples; ``free``: nested tuples of bools, the
+    same shape, ``True`` where an entry moves).
+
+    The free entries of a row share its remaining mass ``1 - sum(held)`` by a softmax of
+    ``n_free - 1`` logits (the last free entry is the reference, as in :class:`Simplex`);
+    a row with fewer than two free entries has none. Unconstrained: the free logits of
+    every row, concatenated, ``(..., D)``. Held entries may be exactly 0 (a transition an
+    estimator forbids): they are constants, and no derivative reaches them.
+    """
+    free: tuple = ()
+    values: tuple = ()
+
+    def _layout(self):
+        free = np.atleast_2d(np.asarray(self.free, dtype=bool))
+        held = np.where(free, 0.0, np.atleast_2d(np.asarray(self.values, dtype=np.float64)))
+        moves = free & (free.sum(-1, keepdims=True) >= 2)
+        ref = moves & (np.cumsum(moves, -1) == moves.sum(-1, keepdims=True))
+        return free, held, moves, ref, moves & ~ref
+
+    def forward(self, u):
+        free, held, moves, ref, logit = self._layout()
+        rows, k = free.shape
+        idx = np.flatnonzero(logit)
+        fill = jnp.full(u.shape[:-1] + (rows * k,), -jnp.inf, dtype=jnp.float64)
+        fill = fill.at[..., np.flatnonzero(ref)].set(0.0).at[..., idx].set(u)
+        logits = fill.reshape(u.shape[:-1] + (rows, k))
+        # a row without free logits: zeros (no NaN from a softmax of -inf), times mass 0
+        logits = jnp.where(moves.any(-1, keepdims=True), logits, 0.0)
+        mass = np.where(moves.any(-1), 1.0 - held.sum(-1), 0.0)[:, None]
+        probs = jnp.where(moves, jax.nn.softmax(logits, axis=-1) * mass, held)
+        # a single free entry takes the rest of its row's mass (held: no coordinate)
+        single = free & ~moves
+        probs = jnp.where(single, 1.0 - held.sum(-1, keepdims=True), probs)
+        return probs.reshape(u.shape[:-1] + np.shape(self.free))
+
+    def inverse(self, value):
+        free, _, _, ref, logit = self._layout()
+        xp = array_module(value)
+        v = xp.reshape(value, value.shape[:value.ndim - np.ndim(self.free)] + free.shape)
+        safe = xp.where(ref | logit, v, 1.0)
+        log_ref = xp.sum(xp.where(ref, xp.log(safe), 0.0), -1, keepdims=True)
+        rel = (xp.log(safe) - log_ref).reshape(v.shape[:-2] + (-1,))
+        return rel[..., np.flatnonzero(logit)]
+
+    def check(self, value):
+        free = np.asarray(self.free, dtype=bool)
+        if np.shape(value) != free.shape or not np.all(np.isfinite(value)):
+            return "has NaN or inf entries or the wrong shape"
+        if not _held_equal(np.where(free, 0.0, value), np.where(free, 0.0, self.values)):
+            return ("has entries held fixed that differ from their held values (the "
+                    "fitted estimator's)")
+        if np.any(value[free] <= 0):
+            return "must be > 0 where its entries are free"
+        if not np.allclose(np.sum(value, axis=-1), 1.0, rtol=1e-6, atol=0):
+            return "must sum to 1 along its last axis"
         return None
 
 

@@ -12,8 +12,9 @@ from .categorical_hmm import CategoricalHMM, CategoricalHMMParams
 from .arhmm import ARHMM, ARHMMParams
 from .neural_arhmm import NeuralARHMM, NeuralARHMMParams
 from .time_varying_poisson import TimeVaryingPoisson, TimeVaryingPoissonParams
+from .hmmlearn import from_hmmlearn, hmmlearn_data
 
 __all__ = ["HMM", "Forecast", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "GaussianHMMParams", "CategoricalHMM", "CategoricalHMMParams", "ARHMM",
            "ARHMMParams", "NeuralARHMM", "NeuralARHMMParams", "TimeVaryingPoisson",
-           "TimeVaryingPoissonParams"]
+           "TimeVaryingPoissonParams", "from_hmmlearn", "hmmlearn_data"]

@@ -50,7 +50,7 @@ from .start_selection import select_starts
 from .windows import ChainWindows
 from ._occupancy import check_occupancy, min_occupancy, state_occupancy
 from ._collapse import coinciding_states, describe_groups, split_starts
-from .._transforms import dirichlet_log_prior
+from .._transforms import dirichlet_log_prior, dirichlet_map
 from ..base import Model, check_weights, left_out
 from ...problem import flat_params, make_problem
 
@@ -112,7 +112,16 @@ class HMM(ChainWindows, Model):
     def __init__(self, n_states: int, *, initial_concentration: float = 1.1,
                  transition_concentration: float = 1.1, n_init: int = 4, seed: int = 0,
                  max_steps: int = 2000, n_perturb: int = 0, perturb_frac: float = 0.3,
-                 fit_em: bool | None = None, start_subsample: int | None = 10_000):
+                 fit_em: bool | None = None, start_subsample: int | None = 10_000,
+                 prior=None):
+        if prior is not None and getattr(prior, "family", None) != type(self).__name__:
+            raise InvalidArgumentError(
+                f"`prior` of {type(self).__name__} must be a prior of its family; got "
+                f"{type(prior).__name__} (for {getattr(prior, 'family', 'no HMM')})")
+        #: ``None`` (the priors of the concentrations and the family's own), or a prior
+        #: object that replaces them all (its ``log_prior``, M-steps and held parameters:
+        #: :mod:`approxcv.models.hmm.hmmlearn_prior`)
+        self.prior = prior
         self.n_states = check_positive_int("n_states", n_states, 1)
         self.initial_concentration = check_positive("initial_concentration",
                                                     initial_concentration)
@@ -197,13 +206,29 @@ class HMM(ChainWindows, Model):
 
     # ----------------------------------------------------------- parameters
     def param_constraints(self):
-        """Simplexes for the initial distribution and transition rows, then the emissions'."""
-        return self.params_type(C.Simplex(), C.Simplex(), *self._emission_constraints())
+        """Simplexes for the initial distribution and transition rows, then the emissions';
+        a ``prior`` may hold some of them fixed (its ``constraint(field, default)``)."""
+        own = self.params_type(C.Simplex(), C.Simplex(), *self._emission_constraints())
+        if self.prior is None:
+            return own
+        return self.params_type(*(self.prior.constraint(f, c)
+                                  for f, c in zip(self.params_type._fields, own)))
+
+    def chain_m_step(self, e_init, e_trans):
+        """``(pi, A)``: the chain's EM M-step from the expected initial and transition
+        counts (Dirichlet MAP; the ``prior``'s when there is one)."""
+        if self.prior is not None:
+            return self.prior.chain_m_step(e_init, e_trans)
+        return (dirichlet_map(e_init, self.initial_concentration),
+                dirichlet_map(e_trans, self.transition_concentration))
 
     def log_prior(self, params, data=None):
-        """Dirichlet priors on the initial distribution and transition rows + emission prior.
+        """Dirichlet priors on the initial distribution and transition rows + emission prior
+        (or the ``prior``'s ``log_prior``, which replaces them all).
 
         ``data``: the prepared data, for priors stated in the data's units (unused here)."""
+        if self.prior is not None:
+            return self.prior.log_prior(params)
         return (dirichlet_log_prior(jnp.log(params[0]), self.initial_concentration)
                 + dirichlet_log_prior(jnp.log(params[1]), self.transition_concentration)
                 + self._emission_log_prior(params))
@@ -795,6 +820,16 @@ def pad_steps(x, extra: int) -> jax.Array:
     """``x (S, T, ...)`` with ``extra`` zeros appended on axis 1 (in NumPy)."""
     x = np.asarray(x)
     return jnp.asarray(np.pad(x, ((0, 0), (0, extra)) + ((0, 0),) * (x.ndim - 2)))
+
+
+def as_column_vector(x, name: str):
+    """``x`` with a ``(T, 1)`` array read as ``(T,)`` (hmmlearn's layout of counts and
+    symbols); anything else unchanged, for the family's own checks."""
+    if isinstance(x, (np.ndarray, jax.Array)) or hasattr(x, "__array__"):
+        arr = np.asarray(x)
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            return arr[:, 0]
+    return x
 
 
 def check_counts(x, name: str) -> np.ndarray:

@@ -15,7 +15,7 @@ from ..._validate import check_positive, check_positive_int
 from ...errors import InvalidDataError
 from .._transforms import dirichlet_log_prior
 from .. import constraints as C
-from .base import HMM, check_array
+from .base import HMM, as_column_vector, check_array
 
 
 class CategoricalHMMParams(NamedTuple):
@@ -41,7 +41,8 @@ class CategoricalHMM(HMM):
         return f"CategoricalHMM(n_states={self.n_states}, n_symbols={self.n_symbols})"
 
     def _validate_sequence(self, x, name):
-        arr = check_array(x, name, 1, "i")
+        """Symbols ``(T,)``; a column ``(T, 1)`` (hmmlearn's layout) is read as ``(T,)``."""
+        arr = check_array(as_column_vector(x, name), name, 1, "i")
         if arr.dtype.kind == "f" and np.any(arr != np.round(arr)):
             raise InvalidDataError(f"`{name}` must hold integer symbols")
         if np.any(arr < 0) or np.any(arr >= self.n_symbols):
@@ -67,7 +68,10 @@ class CategoricalHMM(HMM):
         return True
 
     def _emission_m_step(self, params, r, x, data):
-        """``B[k, v] ∝ sum_t r_tk [x_t = v] + alpha - 1`` (Dirichlet MAP)."""
+        """``B[k, v] ∝ sum_t r_tk [x_t = v] + alpha - 1`` (Dirichlet MAP); with a ``prior``,
+        its M-step."""
+        if self.prior is not None:
+            return self.prior.emission_m_step(params, r, x)
         counts = r.T @ jax.nn.one_hot(x, self.n_symbols, dtype=r.dtype)
         num = jnp.maximum(counts + self.emission_concentration - 1.0, 1e-10)
         return params._replace(emission_probs=num / jnp.sum(num, -1, keepdims=True))

@@ -73,14 +73,6 @@ def em_parts(key, unravel, level: str, scheme: str = "A"):
     return potentials, log_partition, log_prior
 
 
-def _dirichlet_map(counts, concentration):
-    """MAP of probabilities (last axis) under a symmetric Dirichlet prior given expected
-    counts: ``p_k ∝ counts_k + alpha - 1`` (floored at 1e-10 for ``alpha < 1``; EM then
-    rejects the step if it raises the objective)."""
-    num = jnp.maximum(counts + concentration - 1.0, 1e-10)
-    return num / jnp.sum(num, axis=-1, keepdims=True)
-
-
 @functools.lru_cache(maxsize=64)
 def closed_form_m_step(key, unravel, level: str):
     """The exact M-step ``m_step(u, stats, data) -> u`` when the model has a closed-form
@@ -105,9 +97,7 @@ def closed_form_m_step(key, unravel, level: str):
             e_init, e_trans = jnp.sum(e_init, 0), jnp.sum(e_trans, 0)
         r = (gamma * mask[..., None]).reshape(-1, gamma.shape[-1])
         x = x.reshape((-1,) + x.shape[mask.ndim:])
-        params = type(params)(_dirichlet_map(e_init, model.initial_concentration),
-                              _dirichlet_map(e_trans, model.transition_concentration),
-                              *params[2:])
+        params = type(params)(*model.chain_m_step(e_init, e_trans), *params[2:])
         return flat_params(model, model._emission_m_step(params, r, x, seqs))[0]
     return m_step
 

@@ -105,9 +105,14 @@ class GaussianHMM(HMM):
         """Log prior (module docstring) on prepared ``data``: :meth:`HMM.log_prior` of
         :meth:`_standardised` parameters.
 
+        With a ``prior`` (:mod:`approxcv.models.hmm.hmmlearn_prior`), its log prior, in the
+        data's own units.
+
         Raises:
             InvalidArgumentError: ``data`` is missing (the prior depends on its units).
         """
+        if self.prior is not None:
+            return self.prior.log_prior(params)
         return super().log_prior(self._standardised(params, *loc_scale(data, "GaussianHMM")))
 
     def _standardised(self, params, loc, scale, inverse: bool = False):
@@ -159,7 +164,10 @@ class GaussianHMM(HMM):
             mu_k = (sum_t r_tk x_t / sigma2_k + m / V) / (N_k / sigma2_k + 1 / V),
             sigma2_k = (sum_t r_tk (x_t - mu_k)^2 / 2 + b) / (N_k / 2 + a + 1),
 
-        the exact maximiser in ``mu`` given ``sigma2`` and then in ``sigma2`` given ``mu``."""
+        the exact maximiser in ``mu`` given ``sigma2`` and then in ``sigma2`` given ``mu``.
+        With a ``prior``, its M-step."""
+        if self.prior is not None:
+            return self.prior.emission_m_step(params, r, x)
         loc, scale = loc_scale(data, "GaussianHMM")
         nk = jnp.sum(r, 0)[:, None]
         sx, sxx = r.T @ x, r.T @ x ** 2

@@ -15,7 +15,7 @@ from jax.scipy.special import gammaln
 from ..._validate import check_positive
 from .. import constraints as C
 from .._transforms import gamma_log_prior
-from .base import HMM, check_counts
+from .base import HMM, as_column_vector, check_counts
 
 
 class PoissonHMMParams(NamedTuple):
@@ -53,7 +53,8 @@ class PoissonHMM(HMM):
         self.rate_rate = check_positive("rate_rate", rate_rate)
 
     def _validate_sequence(self, x, name):
-        return check_counts(x, name)
+        """Counts ``(T,)``; a column ``(T, 1)`` (hmmlearn's layout) is read as ``(T,)``."""
+        return check_counts(as_column_vector(x, name), name)
 
     #: one observation per emission row (windows of the series: HMM.supports_windows)
     rowwise_emissions = True
@@ -73,7 +74,10 @@ class PoissonHMM(HMM):
         return True
 
     def _emission_m_step(self, params, r, x, data):
-        """``lambda_k = (sum_t r_tk x_t + a - 1) / (sum_t r_tk + b)`` (Gamma(a, b) MAP)."""
+        """``lambda_k = (sum_t r_tk x_t + a - 1) / (sum_t r_tk + b)`` (Gamma(a, b) MAP); with
+        a ``prior``, its M-step."""
+        if self.prior is not None:
+            return self.prior.emission_m_step(params, r, x)
         num = jnp.maximum(r.T @ x + self.rate_shape - 1.0, 1e-10)
         return params._replace(rates=num / (jnp.sum(r, 0) + self.rate_rate))
 
