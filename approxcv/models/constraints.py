@@ -22,7 +22,8 @@ from ..errors import ArgumentTypeError, InvalidArgumentError
 from ._transforms import logits_to_log_simplex
 
 __all__ = ["Constraint", "Real", "Positive", "Unit", "Simplex", "LowerCholesky", "Fixed",
-           "PartlyFixedSimplex", "nested_tuple", "constrain", "unconstrain", "check_constraints", "by_name", "NAMES"]
+           "PartlyFixedSimplex", "nested_tuple", "constrain", "unconstrain",
+           "check_constraints", "by_name", "NAMES"]
 
 
 class Constraint:

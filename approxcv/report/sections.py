@@ -163,8 +163,7 @@ def timing_section(saved, pairs) -> tuple:
         if n_a > len(e):
             label = f"{p.exact.label}, extrapolated"
             bars[label], n_folds[label] = e.seconds / len(e) * n_a, n_a
-    fig, ax = plot.figure_axes((7, 1.2 + 0.55 * len(bars)))
-    plot.timing_bars(bars, n_folds, ax=ax, title="time after the fit")
+    fig = plot.timing_bars(bars, n_folds, title="time after the fit").figure
     body = (H.table(pd.DataFrame(rows), index=False)
             + H.note("Wall seconds after the full-data fit ('fit': the fit, where "
                      "cross_validate ran it); stages as recorded by each method. An "

@@ -178,8 +178,8 @@ class CVResult:
         ``"auto"`` picks on overlapping folds — leave-future-out, repeated i.i.d. folds — where
         per-unit sums would count a unit up to once per fold): the observations are the
         folds, ``elpd_i = log p(x_o | x_kept)`` of each (coordinate ``obs`` = the fold id)
-        and ``elpd`` their sum, ``n_data_points`` the number of folds; ``ELPDData.attrs``
-        (``approxcv_unit``) says which. ``unit="point"`` on overlapping folds is refused.
+        and ``elpd`` their sum, ``n_data_points`` the number of folds; the attribute
+        ``approxcv_unit`` of the returned object says which. ``unit="point"`` on overlapping folds is refused.
         Either way ``se = sqrt(n) sd(elpd_i)`` and ``warning`` is set if any fold is
         unreliable (:attr:`unreliable`, which includes folds whose loss is not finite).
 
@@ -227,7 +227,7 @@ class CVResult:
             k = None
             p = float("nan")
         else:
-            elpd_i = -np.concatenate([np.asarray(pl, float) for pl in self.point_loss])
+            elpd_i = self.lpd                    # minus the point losses, in fold order
             obs = np.concatenate([np.asarray(self.folds[i]) for i in range(len(self))])
             k = None if k is None else np.asarray(k, float).reshape(-1)
             p = self._p_loo(float(elpd_i.sum()), elpd_i.size)
@@ -240,10 +240,7 @@ class CVResult:
             scale="log", warning=bool(self.unreliable.any()), good_k=0.7,
             elpd_i=xr.DataArray(elpd_i, dims=("obs",), coords=coords),
             pareto_k=None if k is None else xr.DataArray(k, dims=("obs",), coords=coords))
-        if hasattr(out, "attrs") and isinstance(getattr(out, "attrs"), dict):
-            out.attrs["approxcv_unit"] = unit
-        else:
-            out.approxcv_unit = unit
+        out.approxcv_unit = unit
         return out
 
     def _p_loo(self, elpd: float, n: int) -> float:

@@ -222,9 +222,10 @@ def check_sample_weight(sample_weight, n: int) -> np.ndarray:
     if sw.shape != (n,):
         raise InvalidArgumentError(f"`sample_weight` must have shape ({n},) (one weight per "
                                    f"sample), got {sw.shape}")
-    if not np.all(np.isfinite(sw)) or np.any(sw < 0):
+    bad = np.flatnonzero(~(np.isfinite(sw) & (sw >= 0)))
+    if bad.size:
         raise InvalidArgumentError("`sample_weight` must be finite and >= 0; fix or drop the "
-                                   f"samples at {np.flatnonzero(~(np.isfinite(sw) & (sw >= 0)))[:5].tolist()}")
+                                   f"samples at {bad[:5].tolist()}")
     if not np.sum(sw) > 0:
         raise InvalidArgumentError("every `sample_weight` is zero: at least one sample must "
                                    "have a positive weight")

@@ -222,6 +222,13 @@ class HMM(ChainWindows, Model):
         return (dirichlet_map(e_init, self.initial_concentration),
                 dirichlet_map(e_trans, self.transition_concentration))
 
+    def emission_m_step(self, params, r, x, data):
+        """The emissions' EM M-step (:meth:`_emission_m_step`, the family's closed form),
+        or the ``prior``'s when there is one."""
+        if self.prior is not None:
+            return self.prior.emission_m_step(params, r, x)
+        return self._emission_m_step(params, r, x, data)
+
     def log_prior(self, params, data=None):
         """Dirichlet priors on the initial distribution and transition rows + emission prior
         (or the ``prior``'s ``log_prior``, which replaces them all).

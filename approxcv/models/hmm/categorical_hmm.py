@@ -13,7 +13,7 @@ import numpy as np
 
 from ..._validate import check_positive, check_positive_int
 from ...errors import InvalidDataError
-from .._transforms import dirichlet_log_prior
+from .._transforms import dirichlet_log_prior, dirichlet_map
 from .. import constraints as C
 from .base import HMM, as_column_vector, check_array
 
@@ -68,13 +68,10 @@ class CategoricalHMM(HMM):
         return True
 
     def _emission_m_step(self, params, r, x, data):
-        """``B[k, v] ∝ sum_t r_tk [x_t = v] + alpha - 1`` (Dirichlet MAP); with a ``prior``,
-        its M-step."""
-        if self.prior is not None:
-            return self.prior.emission_m_step(params, r, x)
+        """``B[k, v] ∝ sum_t r_tk [x_t = v] + alpha - 1`` (Dirichlet MAP)."""
         counts = r.T @ jax.nn.one_hot(x, self.n_symbols, dtype=r.dtype)
-        num = jnp.maximum(counts + self.emission_concentration - 1.0, 1e-10)
-        return params._replace(emission_probs=num / jnp.sum(num, -1, keepdims=True))
+        return params._replace(emission_probs=dirichlet_map(counts,
+                                                            self.emission_concentration))
 
     def _state_emission_means(self, params):
         """``B (K, V)``: the mean of the one-hot encoding of ``x`` given each state, so a

@@ -76,7 +76,7 @@ def em_parts(key, unravel, level: str, scheme: str = "A"):
 @functools.lru_cache(maxsize=64)
 def closed_form_m_step(key, unravel, level: str):
     """The exact M-step ``m_step(u, stats, data) -> u`` when the model has a closed-form
-    emission M-step (:meth:`HMM._emission_m_step`), else ``None`` (Newton M-step); ``key``
+    emission M-step (:meth:`HMM.emission_m_step`), else ``None`` (Newton M-step); ``key``
     and ``data`` as in :func:`em_parts`.
 
     Initial and transition probabilities: Dirichlet MAP of the expected counts (the
@@ -98,7 +98,7 @@ def closed_form_m_step(key, unravel, level: str):
         r = (gamma * mask[..., None]).reshape(-1, gamma.shape[-1])
         x = x.reshape((-1,) + x.shape[mask.ndim:])
         params = type(params)(*model.chain_m_step(e_init, e_trans), *params[2:])
-        return flat_params(model, model._emission_m_step(params, r, x, seqs))[0]
+        return flat_params(model, model.emission_m_step(params, r, x, seqs))[0]
     return m_step
 
 

@@ -164,10 +164,7 @@ class GaussianHMM(HMM):
             mu_k = (sum_t r_tk x_t / sigma2_k + m / V) / (N_k / sigma2_k + 1 / V),
             sigma2_k = (sum_t r_tk (x_t - mu_k)^2 / 2 + b) / (N_k / 2 + a + 1),
 
-        the exact maximiser in ``mu`` given ``sigma2`` and then in ``sigma2`` given ``mu``.
-        With a ``prior``, its M-step."""
-        if self.prior is not None:
-            return self.prior.emission_m_step(params, r, x)
+        the exact maximiser in ``mu`` given ``sigma2`` and then in ``sigma2`` given ``mu``."""
         loc, scale = loc_scale(data, "GaussianHMM")
         nk = jnp.sum(r, 0)[:, None]
         sx, sxx = r.T @ x, r.T @ x ** 2

@@ -74,10 +74,7 @@ class PoissonHMM(HMM):
         return True
 
     def _emission_m_step(self, params, r, x, data):
-        """``lambda_k = (sum_t r_tk x_t + a - 1) / (sum_t r_tk + b)`` (Gamma(a, b) MAP); with
-        a ``prior``, its M-step."""
-        if self.prior is not None:
-            return self.prior.emission_m_step(params, r, x)
+        """``lambda_k = (sum_t r_tk x_t + a - 1) / (sum_t r_tk + b)`` (Gamma(a, b) MAP)."""
         num = jnp.maximum(r.T @ x + self.rate_shape - 1.0, 1e-10)
         return params._replace(rates=num / (jnp.sum(r, 0) + self.rate_rate))
 
