@@ -206,6 +206,32 @@ def test_iid_exact_is_the_closed_form_refit(iid, kind):
     check_approximations(model, data, folds, ex, params=params)
 
 
+def test_iid_matrix_free_ij_and_ridge_newton_step_on_partial_folds(iid):
+    """The matrix-free IJ equals the dense one on partial folds; ridge's NS (the GLM fast
+    path, exact for a quadratic objective) equals its exact refits, and its fold loss is the
+    scored samples' losses only."""
+    model, data, params = iid
+    folds = acv.folds.hblock(len(data["y"]), 5, 2)
+    kw = dict(params=params, progress=False, warn=False)
+    dense = acv.cross_validate(model, data, folds, "ij", **kw)
+    cg = acv.cross_validate(model, data, folds, "ij", solver="cg", cg_rtol=1e-12, **kw)
+    np.testing.assert_allclose(cg.fold_loss, dense.fold_loss, rtol=1e-14)     # 3.0e-16
+    np.testing.assert_allclose(cg.error_estimate, dense.error_estimate, rtol=1e-12)  # 4e-14
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(40, 3))
+    y = X @ np.array([1.0, -0.5, 0.25]) + 0.3 + 0.5 * rng.normal(size=40)
+    ridge = acv.models.Ridge(1.0)
+    folds = acv.folds.hblock(40, 8, 2)
+    ns = acv.cross_validate(ridge, (X, y), folds, "ns", progress=False)
+    ex = acv.cross_validate(ridge, (X, y), folds, "exact", progress=False, restarts=0)
+    np.testing.assert_allclose(ns.fold_loss, ex.fold_loss, rtol=1e-14)        # 8.8e-16
+    plain = acv.cross_validate(ridge, (X, y), acv.folds.Folds(list(folds), 40), "exact",
+                               progress=False, restarts=0)
+    np.testing.assert_allclose(ex.fold_loss,
+                               [np.sum(plain.point_loss[i][np.isin(folds[i], folds.scored[i])])
+                                for i in range(len(folds))], rtol=1e-14)  # 3.8e-16
+
+
 # ----------------------------------------------------------------- hidden Potts model
 
 
