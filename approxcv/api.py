@@ -198,7 +198,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             index, unscored = run_folds.padded(), run_folds.unscored_padded()
             if "heldout" in diagnostics:             # the method evaluated its folds already
                 fold_loss, points = diagnostics.pop("heldout")
-            else:                   # -log p(x_S | x_K): R \ S's term taken off where it is not empty
+            else:                   # -log p(x_S | x_K): R \ S's term taken off
                 fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
                                                    opts.progress, diagnostics,
                                                    unscored=unscored)

@@ -65,7 +65,8 @@ def hmm():
 def hmm_log_marginal(p, x, observed):
     """``log p(x_observed)`` of a Poisson HMM by the scaled forward algorithm, the steps
     not ``observed`` marginalised out (emission probability 1)."""
-    init, trans, rates = (np.asarray(a, float) for a in (p.initial_probs, p.transition_matrix, p.rates))
+    init, trans, rates = (np.asarray(a, float)
+                          for a in (p.initial_probs, p.transition_matrix, p.rates))
     lik = stats.poisson.pmf(x[:, None], rates[None, :])
     lik[~observed] = 1.0
     alpha, total = init * lik[0], 0.0
@@ -128,7 +129,8 @@ def test_leave_future_out_horizon_one_is_one_step_ahead_prediction(hmm):
     _, ref_params = refit(acv.make_problem(model, x, params), folds)
     for i, s in enumerate(starts):
         p = _row(ref_params, i)
-        init, trans, rates = (np.asarray(a, float) for a in (p.initial_probs, p.transition_matrix, p.rates))
+        init, trans, rates = (np.asarray(a, float)
+                          for a in (p.initial_probs, p.transition_matrix, p.rates))
         filt = init * stats.poisson.pmf(x[0], rates)
         filt /= filt.sum()
         for t in range(1, s):
