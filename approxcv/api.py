@@ -20,7 +20,7 @@ from .engine.fold_buckets import bucketed, trim_per_fold
 from .engine.options import Options
 from .engine.registry import get_method
 from .engine.methods.exact import default_restarts
-from .errors import ArgumentTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError, InvalidArgumentError, UnsupportedFoldsError
 from .folds import as_folds
 from .models.base import check_model
 from .problem import flat_params, make_problem
@@ -45,6 +45,21 @@ def _in_problem_units(problem, folds, n_units: int):
     if problem.n_units == n_units:
         return folds
     return folds.in_units(problem.n_units, length_bucket(int(folds.sizes.max())))
+
+
+def _scored_points(points, run_folds, n_folds: int, flat: bool = False):
+    """The point losses of the scored units of the first ``n_folds`` folds (the user's),
+    from ``points`` ``(n_folds', m)`` at the positions of ``run_folds.padded()``: a list of
+    arrays, one per fold (``flat``: concatenated)."""
+    points = np.asarray(points)[:n_folds]
+    sizes = run_folds.scored_sizes[:n_folds]
+    if run_folds.partial:
+        picked = points[run_folds.scored_mask()[:n_folds]]
+    elif np.all(sizes == points.shape[1]) and not flat:
+        return list(points)                  # folds of one size: rows, no copy
+    else:
+        picked = points[np.arange(points.shape[1]) < sizes[:, None]]
+    return picked if flat else np.split(picked, np.cumsum(sizes)[:-1])
 
 
 def _run_folds(method, model, problem, folds, opts):
@@ -158,6 +173,11 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                         if opts.restarts is None else int(opts.restarts))
         problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
                                restarts=restarts, checked=True)
+        if folds.partial and problem.estimators is not None:
+            raise UnsupportedFoldsError(
+                f"{model!r} computes its own methods and does not support folds that remove "
+                "units they do not score (`scored=`, leave_future_out(horizon=), hblock, "
+                "neighbourhood(buffer=)) yet; use folds that score every unit they remove")
         if (opts.audit or opts.in_sample) and problem.estimators is not None:
             raise InvalidArgumentError(
                 f"`{'audit' if opts.audit else 'in_sample'}` evaluates the engine's refits or "
@@ -175,12 +195,13 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             params_flat, diagnostics = fn(problem, run_folds, opts)
             stages = dict(diagnostics.pop("stage_seconds", {}))
             t_heldout = time.perf_counter()
-            index = run_folds.padded()
+            index, unscored = run_folds.padded(), run_folds.unscored_padded()
             if "heldout" in diagnostics:             # the method evaluated its folds already
                 fold_loss, points = diagnostics.pop("heldout")
-            else:
+            else:                   # -log p(x_S | x_K): R \ S's term taken off
                 fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
-                                                   opts.progress, diagnostics)
+                                                   opts.progress, diagnostics,
+                                                   unscored=unscored)
             stages["heldout"] = stages.get("heldout", 0.0) + time.perf_counter() - t_heldout
             diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
             if "chord_screen" in diagnostics or "chord_correction" in diagnostics:
@@ -189,14 +210,14 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                     est, _, rate, full = screened_estimate_errors(
                         problem, params_flat, fold_loss, index,
                         diagnostics.pop("chord_screen"), opts.tol, opts.batch_size,
-                        opts.progress)
+                        opts.progress, unscored=unscored)
                     screened = np.ones(len(run_folds), bool)
                     screened[full] = False
                     diagnostics["error_estimate_screened"] = screened
                 else:
                     est = estimate_errors(problem, params_flat, fold_loss, index,
                                           diagnostics.pop("chord_correction"), opts.batch_size,
-                                          opts.progress, points=False)[0]
+                                          opts.progress, points=False, unscored=unscored)[0]
                     rate = diagnostics["chord_rate"]
                 diagnostics["chord_rate"] = np.asarray(rate)
                 causes = unreliable_causes(diagnostics.get("unreliable"), len(run_folds))
@@ -215,9 +236,8 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                                        (len(run_folds), problem.u_full.shape[0]))
                 _, points_full = heldout_losses(problem, np.ascontiguousarray(full), index,
                                                 opts.batch_size, opts.progress)
-                points_full = np.asarray(points_full)[:len(folds)]
-                diagnostics["lpd_full"] = -np.concatenate(
-                    [points_full[i, :size] for i, size in enumerate(folds.sizes)])
+                diagnostics["lpd_full"] = -_scored_points(points_full, run_folds,
+                                                          len(folds), flat=True)
                 stages["in_sample"] = time.perf_counter() - t_in
         if opts.audit:
             t_audit = time.perf_counter()
@@ -230,12 +250,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         if concerns:
             mark_fit_concerns(diagnostics, concerns, len(folds), local)
         record_unreliable(diagnostics, fold_loss, folds, method, opts.warn)
-        sizes = folds.sizes
-        if np.all(sizes == points.shape[1]):     # folds of one size: rows, no copy
-            point_loss = list(np.asarray(points))
-        else:
-            point_loss = np.split(points[np.arange(points.shape[1]) < sizes[:, None]],
-                                  np.cumsum(sizes)[:-1])
+        point_loss = _scored_points(points, run_folds, len(folds))
         params_flat = np.asarray(params_flat)
         stacked = problem.unravel(params_flat)
         return CVResult(method=method, scheme=scheme if level == "within" else None,

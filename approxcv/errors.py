@@ -59,6 +59,16 @@ class FoldRemovesAllError(InvalidFoldsError):
     """A fold leaves out every unit, so there is nothing to train on."""
 
 
+class ScoredNotRemovedError(InvalidFoldsError):
+    """A fold scores a unit it does not remove from training (``Folds(..., scored=)``: the
+    scored units must be a subset of the removed ones)."""
+
+
+class EmptyScoredError(EmptyFoldError):
+    """A fold scores no unit (``Folds(..., scored=)``: every fold needs a non-empty scored
+    set)."""
+
+
 class InvalidGraphError(InvalidArgumentError):
     """A graph (an adjacency matrix or edge list) is not a valid simple undirected graph for
     the model: not symmetric, self-loops, weights other than 0/1, or an isolated node."""
@@ -182,6 +192,13 @@ class UnsupportedMethodError(InvalidArgumentError):
     """The model does not support the requested cross-validation method (e.g. ``"ij"`` for
     a Gaussian process, or a leave-one-out-only estimator on K-fold folds); the message
     lists the methods it supports."""
+
+
+class UnsupportedFoldsError(UnsupportedMethodError):
+    """The model cannot cross-validate these folds yet: folds that remove units they do not
+    score (:class:`~approxcv.folds.Folds` with ``scored=``, ``leave_future_out(horizon=)``,
+    ``hblock``, ``neighbourhood(buffer=)``) on a model that computes its own methods (a
+    Gaussian process)."""
 
 
 class UnfittedEstimatorError(InvalidArgumentError):

@@ -5,6 +5,12 @@ A fold is the set ``o`` of unit indices left out; its weight vector ``w_o`` has 
 ``(n_folds, n)`` 0/1 weight matrix that the engine ``vmap``s over, the way
 scikit-learn's splitters build test masks.
 
+A fold may also remove more than it scores: the pair of the units removed from training
+``R`` and the units scored ``S`` (``S`` a non-empty subset of ``R``, ``Folds(...,
+scored=)``), whose held-out loss is ``-log p(x_S | x_K)`` (``K`` the kept units) with the
+removed units that are not scored (``R \\ S``) marginalised out: leave-future-out with a
+horizon, h-block CV (:func:`hblock`), spatial blocks with a buffer (:func:`neighbourhood`).
+
 Example
 -------
 >>> import approxcv as acv
@@ -20,10 +26,11 @@ import numpy as np
 
 from ._validate import check_adjacency, check_positive_int
 from .errors import (ArgumentTypeError, DuplicateFoldIdError, DuplicateIndexError,
-                     EmptyFoldError, FoldIndexError, FoldRemovesAllError, InvalidArgumentError)
+                     EmptyFoldError, EmptyScoredError, FoldIndexError, FoldRemovesAllError,
+                     InvalidArgumentError, ScoredNotRemovedError)
 
 __all__ = ["Folds", "iid", "contiguous", "leave_future_out", "leave_one_out", "kfold",
-           "neighbourhood", "as_folds"]
+           "hblock", "neighbourhood", "as_folds"]
 
 
 class Folds(Sequence):
@@ -43,10 +50,23 @@ class Folds(Sequence):
         The least row width of :meth:`padded` (default: the largest fold size), so that
         fold sets of similar sizes share one shape of the engine's programs
         (:func:`approxcv._sizes.length_bucket`); kept by :meth:`subset`.
+    scored : sequence of integer arrays, optional
+        ``scored[i]``: the units fold ``i`` scores, a non-empty subset of ``indices[i]``
+        (default ``None``: every removed unit is scored). The fold's held-out loss is then
+        ``-log p(x_S | x_K)`` with the removed units it does not score marginalised out, and
+        its point losses are those of the scored units; kept by :meth:`subset` and
+        :meth:`in_units`.
+
+    Raises
+    ------
+    ScoredNotRemovedError
+        A fold scores a unit it does not remove.
+    EmptyScoredError
+        A fold scores no unit.
     """
 
     def __init__(self, indices, n: int, ids=None, *, width: int | None = None,
-                 _owned: bool = False):
+                 scored=None, _owned: bool = False):
         n = check_positive_int("n", n)
         self.width = None if width is None else check_positive_int("width", width)
         if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence | np.ndarray):
@@ -57,9 +77,10 @@ class Folds(Sequence):
         self.n = n
         self._flat, self._sizes = _check_folds(indices, n, _owned)
         self._indices = np.split(self._flat, np.cumsum(self._sizes)[:-1])
-        self._padded = None
+        self._padded = self._unscored = self._scored_mask = None
         self.ids = np.arange(len(self._indices)) if ids is None else _check_ids(
             ids, len(self._indices))
+        self._scored = None if scored is None else _check_scored(scored, self._indices)
 
     def __len__(self) -> int:
         return len(self._indices)
@@ -70,13 +91,67 @@ class Folds(Sequence):
         return self._indices[i]
 
     def __repr__(self) -> str:
+        scored = "" if self._scored is None else (
+            f", scored sizes {self.scored_sizes.min()}..{self.scored_sizes.max()}")
         return (f"Folds(n_folds={len(self)}, n={self.n}, "
-                f"fold sizes {self._sizes.min()}..{self._sizes.max()})")
+                f"fold sizes {self._sizes.min()}..{self._sizes.max()}{scored})")
 
     @property
     def sizes(self) -> np.ndarray:
         """``(n_folds,)`` number of units each fold leaves out."""
         return self._sizes
+
+    @property
+    def partial(self) -> bool:
+        """Whether some fold removes a unit it does not score (``scored=`` given and not
+        every removed unit scored)."""
+        return self._scored is not None
+
+    @property
+    def scored(self) -> list:
+        """The units each fold scores (sorted arrays; the removed units where every removed
+        unit is scored): the units of the point losses of a result."""
+        return self._indices if self._scored is None else self._scored
+
+    @property
+    def scored_sizes(self) -> np.ndarray:
+        """``(n_folds,)`` number of units each fold scores."""
+        if self._scored is None:
+            return self._sizes
+        return np.array([s.size for s in self._scored], dtype=np.int64)
+
+    def scored_mask(self) -> np.ndarray:
+        """``(n_folds, m)`` bool over the positions of :meth:`padded`: True where the
+        removed unit there is scored (padding is False). Read-only, built once."""
+        if self._scored_mask is None:
+            index = self.padded()
+            if self._scored is None:
+                mask = index < self.n
+            else:
+                mask = np.zeros(index.shape, bool)
+                for i, s in enumerate(self._scored):
+                    mask[i] = np.isin(index[i], s)
+            mask.flags.writeable = False
+            self._scored_mask = mask
+        return self._scored_mask
+
+    def unscored_padded(self) -> np.ndarray | None:
+        """``(n_folds, m')`` the removed units each fold does not score, ``R \\ S``
+        (sorted), each row padded with ``n`` to ``m'``, the largest such set (a fold that
+        scores every unit it removes gives a row of padding only); ``None`` where every
+        fold scores every unit it removes (:attr:`partial` false). Read-only, built once."""
+        if self._scored is None:
+            return None
+        if self._unscored is None:
+            rest = [np.setdiff1d(r, s, assume_unique=True)
+                    for r, s in zip(self._indices, self._scored)]
+            sizes = np.array([r.size for r in rest], dtype=np.int64)
+            out = np.full((len(self), max(int(sizes.max()), 1)), self.n, dtype=np.int64)
+            for i, r in enumerate(rest):
+                out[i, :r.size] = r
+            out.flags.writeable = False
+            self._unscored = out
+        return self._unscored
 
     def padded(self) -> np.ndarray:
         """``(n_folds, m)`` left-out indices (sorted), each row padded with ``n`` (out of
@@ -109,8 +184,9 @@ class Folds(Sequence):
         if np.unique(which % len(self)).size < which.size:
             raise InvalidArgumentError("`which` lists a fold more than once (fold ids must stay "
                                        "distinct)")
+        scored = None if self._scored is None else [self._scored[i] for i in which]
         return Folds([self._indices[i] for i in which], self.n, ids=self.ids[which],
-                     width=self.width)
+                     width=self.width, scored=scored)
 
     def in_units(self, n: int, width: int | None = None) -> "Folds":
         """The same folds (and ids) over ``n >= self.n`` units, padded to ``width``: the
@@ -119,7 +195,7 @@ class Folds(Sequence):
         if n < self.n:
             raise InvalidArgumentError(f"`n` must be at least the folds' {self.n} units, "
                                        f"got {n}")
-        return Folds(self._indices, n, ids=self.ids, width=width)
+        return Folds(self._indices, n, ids=self.ids, width=width, scored=self._scored)
 
 
 def _check_ids(ids, n_folds: int) -> np.ndarray:
@@ -143,12 +219,45 @@ def _check_ids(ids, n_folds: int) -> np.ndarray:
     return arr
 
 
-def _as_index_array(idx, i: int) -> np.ndarray:
+def _check_scored(scored, removed: list) -> list | None:
+    """The scored sets as sorted int64 arrays, one per fold, each a non-empty subset of its
+    removed set ``removed[i]``; ``None`` where every fold scores every unit it removes
+    (today's meaning, no extra cost). Raises naming the first offending fold."""
+    if isinstance(scored, (str, bytes)) or not isinstance(scored, Sequence | np.ndarray):
+        raise ArgumentTypeError(f"`scored` must be a sequence of integer index arrays, one "
+                                f"per fold, got {type(scored).__name__}")
+    if len(scored) != len(removed):
+        raise InvalidArgumentError(f"`scored` must give one index set per fold "
+                                   f"({len(removed)}), got {len(scored)}")
+    out, every = [], True
+    for i, (s, r) in enumerate(zip(scored, removed)):
+        a = _as_index_array(s, i, "scored")
+        if a.size == 0:
+            raise EmptyScoredError(f"fold {i} of `scored` is empty: every fold must score at "
+                                   "least one of the units it removes")
+        if a.dtype.kind not in "iuf" or (a.dtype.kind == "f" and np.any(a != np.round(a))):
+            raise FoldIndexError(f"fold {i} of `scored` must contain integer indices, got "
+                                 f"{a.dtype}")
+        a = np.sort(a.astype(np.int64))
+        if np.any(a[1:] == a[:-1]):
+            raise DuplicateIndexError(f"fold {i} of `scored` lists an index more than once")
+        outside = a[~np.isin(a, r)]
+        if outside.size:
+            raise ScoredNotRemovedError(
+                f"fold {i} scores unit {int(outside[0])}, which it does not remove: the "
+                "scored units of a fold must be among its removed units (add the unit to "
+                "the fold's indices or drop it from `scored`)")
+        every &= a.size == r.size
+        out.append(a)
+    return None if every else out
+
+
+def _as_index_array(idx, i: int, name: str = "folds") -> np.ndarray:
     """Fold ``i`` as a flat array, or raise if it is a ragged nesting of sequences."""
     try:
         return np.asarray(idx).reshape(-1)
     except ValueError:
-        raise FoldIndexError(f"fold {i} of `folds` is ragged (nested sequences of different "
+        raise FoldIndexError(f"fold {i} of `{name}` is ragged (nested sequences of different "
                              "lengths); each fold must be a flat sequence of integer "
                              "indices") from None
 
@@ -259,8 +368,19 @@ def contiguous(n: int, frac: float, n_folds: int, seed: int = 0) -> Folds:
     return Folds([np.arange(e - size, e) for e in ends], n)
 
 
-def leave_future_out(n: int, starts) -> Folds:
-    """Fold ``i`` leaves out the future ``{starts[i], ..., n - 1}``; each start must be in ``[1, n)``."""
+def leave_future_out(n: int, starts, horizon: int | None = None) -> Folds:
+    """Fold ``i`` removes the future ``{starts[i], ..., n - 1}`` from training; each start
+    must be in ``[1, n)``.
+
+    ``horizon=None``: every removed unit is scored (the fold loss is ``-log p(x_{s:} |
+    x_{<s})``). ``horizon=M``: the fold scores the next ``M`` units only, ``{s, ..., s + M -
+    1}``, the rest of the future marginalised out (``-log p(x_{s:s+M} | x_{<s})``; ``M =
+    1``: one-step-ahead prediction), so every start needs ``s + M <= n``.
+
+    Raises:
+        FoldIndexError: a start outside ``[1, n)``, or a horizon that runs past the end
+            (the message names the largest valid start or horizon).
+    """
     n = check_positive_int("n", n, 2)
     starts = np.atleast_1d(np.asarray(starts))
     if starts.size == 0:
@@ -272,7 +392,17 @@ def leave_future_out(n: int, starts) -> Folds:
         if bad == 0:
             raise FoldRemovesAllError("`starts` contains 0, which leaves out every unit")
         raise FoldIndexError(f"`starts` has value {bad} outside [1, {n})")
-    return Folds([np.arange(s, n) for s in starts], n)
+    folds = [np.arange(s, n) for s in starts]
+    if horizon is None:
+        return Folds(folds, n)
+    horizon = check_positive_int("horizon", horizon)
+    last = int(starts.max())
+    if last + horizon > n:
+        raise FoldIndexError(
+            f"`horizon`={horizon} from start {last} runs past the end of the {n} units: the "
+            f"largest valid start for this horizon is {n - horizon}, the largest valid "
+            f"horizon for these starts is {n - last}")
+    return Folds(folds, n, scored=[np.arange(s, s + horizon) for s in starts])
 
 
 def leave_one_out(n: int) -> Folds:
@@ -291,9 +421,39 @@ def kfold(n: int, k: int, seed: int = 0) -> Folds:
     return Folds(np.array_split(perm, k), n)
 
 
-def neighbourhood(adjacency, radius: int = 1, centres=None) -> Folds:
+def hblock(n: int, k: int, h: int) -> Folds:
+    """h-block cross-validation (Burman, Chow & Nolan, 1994): the units ``0..n-1`` split
+    in order into ``k`` contiguous blocks of near-equal size; fold ``i`` scores block ``i``
+    and removes it with a buffer of ``h`` units on each side (clipped at the ends), so that
+    the units next to the scored block, which carry information about it through the
+    dependence, do not train the fold's fit.
+
+    Raises:
+        InvalidArgumentError: ``k`` exceeds ``n``, or ``h`` is negative.
+        FoldRemovesAllError: a block with its buffers covers every unit (``k = 1``, or ``h``
+            too large for the blocks).
+    """
+    n = check_positive_int("n", n, 2)
+    k = check_positive_int("k", k)
+    h = check_positive_int("h", h, 0)
+    if k > n:
+        raise InvalidArgumentError(f"`k`={k} exceeds the number of units n={n}")
+    blocks = np.array_split(np.arange(n), k)
+    removed = [np.arange(max(b[0] - h, 0), min(b[-1] + h + 1, n)) for b in blocks]
+    full = [i for i, r in enumerate(removed) if r.size == n]
+    if full:
+        raise FoldRemovesAllError(
+            f"block {full[0]} of `hblock(n={n}, k={k}, h={h})` with its buffer of {h} units "
+            "each side removes every unit; use more blocks (k) or a smaller buffer (h)")
+    return Folds(removed, n, scored=blocks)
+
+
+def neighbourhood(adjacency, radius: int = 1, centres=None, buffer: int = 0) -> Folds:
     """Spatial blocks: fold ``i`` leaves out site ``centres[i]`` with every site within
     ``radius`` steps of it in the graph (``radius=0``: the site alone, leave-one-site-out).
+    With ``buffer=b`` it also removes the sites within ``radius + b`` steps from training
+    but scores only those within ``radius`` (spatial h-block CV: the buffer's sites,
+    dependent on the block, neither train nor are scored).
 
     Parameters
     ----------
@@ -303,9 +463,17 @@ def neighbourhood(adjacency, radius: int = 1, centres=None) -> Folds:
         Graph distance of the block around each centre.
     centres : sequence of int, optional
         The centre of each fold; default every site ``0..n-1``.
+    buffer : int, default 0
+        Graph distance beyond ``radius`` of the sites removed but not scored.
+
+    Raises
+    ------
+    FoldRemovesAllError
+        A centre's block with its buffer removes every site.
     """
     adj = check_adjacency("adjacency", adjacency, isolated=True)
     radius = check_positive_int("radius", radius, 0)
+    buffer = check_positive_int("buffer", buffer, 0)
     n = adj.shape[0]
     centres = np.arange(n) if centres is None else np.atleast_1d(np.asarray(centres))
     if centres.dtype.kind not in "iu" or centres.size == 0:
@@ -316,4 +484,16 @@ def neighbourhood(adjacency, radius: int = 1, centres=None) -> Folds:
     reach = np.eye(n, dtype=bool)[centres]
     for _ in range(radius):
         reach = reach | ((reach.astype(np.int64) @ adj) > 0)
-    return Folds([np.flatnonzero(r) for r in reach], n)
+    if not buffer:
+        return Folds([np.flatnonzero(r) for r in reach], n)
+    removed = reach
+    for _ in range(buffer):
+        removed = removed | ((removed.astype(np.int64) @ adj) > 0)
+    full = np.flatnonzero(removed.all(axis=1))
+    if full.size:
+        raise FoldRemovesAllError(
+            f"the block of centre {int(centres[full[0]])} (radius {radius}) with its buffer "
+            f"of {buffer} removes every one of the {n} sites; use a smaller `buffer` or "
+            "`radius`")
+    return Folds([np.flatnonzero(r) for r in removed], n,
+                 scored=[np.flatnonzero(r) for r in reach])

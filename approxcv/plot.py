@@ -79,7 +79,8 @@ def compare(table, ax=None, *, title: str | None = None):
 
 
 def _units(res) -> list:
-    return [np.asarray(res.folds[i]) for i in range(len(res.fold_loss))]
+    scored = getattr(res.folds, "scored", res.folds)     # the units of the point losses
+    return [np.asarray(scored[i]) for i in range(len(res.fold_loss))]
 
 
 def _paired(res, ref):
@@ -91,7 +92,9 @@ def _paired(res, ref):
         raise InvalidArgumentError("the result and `exact` have no fold ids in common: plot "
                                    "an approximation against exact CV on the same folds")
     for i, j in zip(ia, ir):
-        if not np.array_equal(np.asarray(res.folds[i]), np.asarray(ref.folds[j])):
+        if not (np.array_equal(np.asarray(res.folds[i]), np.asarray(ref.folds[j]))
+                and np.array_equal(np.asarray(getattr(res.folds, "scored", res.folds)[i]),
+                                   np.asarray(getattr(ref.folds, "scored", ref.folds)[j]))):
             raise InvalidArgumentError(
                 f"fold {int(np.asarray(res.fold_ids)[i])} leaves out different units in the "
                 "result and in `exact`: they were run on other folds")

@@ -101,3 +101,96 @@ def test_neighbourhood_blocks_and_bad_graphs():
         acv.folds.neighbourhood(lopsided)
     with pytest.raises(acv.errors.FoldIndexError):
         acv.folds.neighbourhood(ring, 1, centres=[6])
+
+
+# ------------------------------------------------------- folds that remove more than they score
+
+
+def test_scored_folds_keep_their_scored_sets_through_subset_in_units_and_buckets():
+    from approxcv.engine.fold_buckets import bucketed
+    from approxcv.engine.fingerprint import folds_digest
+    f = acv.folds.Folds([[4, 1, 2], [5, 6], [0, 7, 8, 9]], 10, ids=[10, 11, 12],
+                        scored=[[2, 1], [5, 6], [8]])
+    assert f.partial and list(f.scored_sizes) == [2, 2, 1]
+    np.testing.assert_array_equal(f.scored[0], [1, 2])
+    np.testing.assert_array_equal(f.padded(), [[1, 2, 4, 10], [5, 6, 10, 10], [0, 7, 8, 9]])
+    np.testing.assert_array_equal(f.scored_mask(), [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0]])
+    # R \ S, padded with n; a fold scoring every unit it removes: a row of padding
+    np.testing.assert_array_equal(f.unscored_padded(), [[4, 10, 10], [10, 10, 10], [0, 7, 9]])
+    s = f.subset([2, 0])
+    assert list(s.ids) == [12, 10] and s.partial
+    np.testing.assert_array_equal(s.scored[0], [8])
+    wide = f.in_units(16, width=8)
+    assert wide.padded().shape == (3, 8) and wide.n == 16
+    np.testing.assert_array_equal(wide.unscored_padded()[0], [4, 16, 16])
+    b = bucketed(f)
+    assert len(b) == 8 and b.partial
+    np.testing.assert_array_equal(b.scored[1], [5, 6])
+    np.testing.assert_array_equal(b.scored[7], f.scored[2])      # copies of the widest fold
+    # every removed unit scored: today's folds, no extra pass
+    same = acv.folds.Folds([[1, 2], [3]], 10, scored=[[1, 2], [3]])
+    assert not same.partial and same.unscored_padded() is None
+    plain = acv.folds.Folds([[1, 2], [3]], 10)
+    assert folds_digest(same) == folds_digest(plain)
+    assert folds_digest(acv.folds.Folds([[1, 2], [3]], 10, scored=[[1], [3]])) != \
+        folds_digest(plain)
+    assert "scored sizes 1..2" in repr(f)
+
+
+@pytest.mark.parametrize("scored,err,match", [
+    ([[1], [7]], acv.errors.ScoredNotRemovedError, "fold 1 scores unit 7, which it does not "
+                                                   "remove"),
+    ([[1], []], acv.errors.EmptyScoredError, "fold 1 of `scored` is empty"),
+    ([[1, 1], [3]], DuplicateIndexError, "fold 0 of `scored` lists an index more than once"),
+    ([[1]], InvalidArgumentError, "one index set per fold"),
+    ([[1.5], [3]], FoldIndexError, "integer"),
+    ("ab", ArgumentTypeError, "`scored` must be a sequence"),
+])
+def test_bad_scored_sets_are_refused_by_name(scored, err, match):
+    with pytest.raises(err, match=match):
+        acv.folds.Folds([[1, 2], [3, 4]], 10, scored=scored)
+    assert issubclass(acv.errors.EmptyScoredError, EmptyFoldError)
+    assert issubclass(acv.errors.ScoredNotRemovedError, InvalidFoldsError)
+
+
+def test_leave_future_out_with_a_horizon():
+    f = acv.folds.leave_future_out(10, [3, 7], horizon=2)
+    np.testing.assert_array_equal(f[0], np.arange(3, 10))
+    np.testing.assert_array_equal(f.scored[0], [3, 4])
+    np.testing.assert_array_equal(f.scored[1], [7, 8])
+    assert not acv.folds.leave_future_out(10, [3, 9], horizon=1).subset([1]).partial
+    assert not acv.folds.leave_future_out(10, [3]).partial
+    with pytest.raises(FoldIndexError, match="largest valid start for this horizon is 7, the "
+                                             "largest valid horizon for these starts is 2"):
+        acv.folds.leave_future_out(10, [3, 8], horizon=3)
+    with pytest.raises(InvalidArgumentError, match="`horizon`"):
+        acv.folds.leave_future_out(10, [3], horizon=0)
+
+
+def test_hblock_removes_a_buffer_each_side_and_scores_the_block():
+    f = acv.folds.hblock(10, 3, 2)
+    assert [list(s) for s in f.scored] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert [list(r) for r in f] == [[0, 1, 2, 3, 4, 5], [2, 3, 4, 5, 6, 7, 8],
+                                    [5, 6, 7, 8, 9]]
+    np.testing.assert_array_equal(np.concatenate(f.scored), np.arange(10))   # a partition
+    assert not acv.folds.hblock(10, 5, 0).partial            # h = 0: k contiguous blocks
+    with pytest.raises(FoldRemovesAllError, match="use more blocks"):
+        acv.folds.hblock(10, 2, 5)
+    with pytest.raises(InvalidArgumentError, match="`k`=11 exceeds"):
+        acv.folds.hblock(10, 11, 0)
+    with pytest.raises(InvalidArgumentError, match="`h` must be >= 0"):
+        acv.folds.hblock(10, 2, -1)
+
+
+def test_neighbourhood_with_a_buffer():
+    ring = np.zeros((8, 8), dtype=int)
+    for s in range(8):
+        ring[s, (s + 1) % 8] = ring[(s + 1) % 8, s] = 1
+    f = acv.folds.neighbourhood(ring, radius=1, centres=[0, 4], buffer=1)
+    np.testing.assert_array_equal(f.scored[0], [0, 1, 7])
+    np.testing.assert_array_equal(f[0], [0, 1, 2, 6, 7])
+    np.testing.assert_array_equal(f[1], [2, 3, 4, 5, 6])
+    assert not acv.folds.neighbourhood(ring, 1, buffer=0).partial
+    with pytest.raises(FoldRemovesAllError, match="buffer of 3 removes every one of the 8 "
+                                                  "sites"):
+        acv.folds.neighbourhood(ring, radius=1, centres=[2], buffer=3)

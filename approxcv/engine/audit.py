@@ -41,7 +41,8 @@ def audit_folds(problem, folds, fold_loss, options) -> dict:
     sub = folds.subset(pick)
     quiet = dataclasses.replace(options, warn=False, progress=False)
     params, diag = get_method("exact")[0](target, sub, quiet)
-    exact_loss, _ = heldout_losses(target, np.asarray(params), sub.padded(), options.batch_size)
+    exact_loss, _ = heldout_losses(target, np.asarray(params), sub.padded(), options.batch_size,
+                                   unscored=sub.unscored_padded())
     bad = np.zeros(k, bool)
     for mask in unreliable_causes(diag.get("unreliable"), k).values():
         bad |= mask

@@ -74,7 +74,7 @@ from .._batched_map import map_in_batches
 from .chord import (chord_step, contraction_rate, extrapolate, first_chord_step,
                     second_chord_step, screen_terms)
 from .fold_buckets import fold_bucket
-from .heldout import heldout_losses
+from .heldout import heldout_losses, unscored_losses
 from .lanes import (lanes_chord_steps, lanes_first_steps, lanes_fold_losses,
                     lanes_second_steps, use_lanes)
 from .matrix_free import block_conjugate_gradient
@@ -177,13 +177,16 @@ class ChordScreen(NamedTuple):
     second: Callable
 
 
-def ij_chord_screen(problem, params, index, options, chol, grad, info=None):
+def ij_chord_screen(problem, params, index, options, chol, grad, info=None,
+                    partial: bool = False):
     """The :class:`ChordScreen` of the IJ folds ``params`` (Cholesky factor ``chol`` of
     ``H``, ``grad = grad F(u_1, 1)``), or ``None`` where the screen does not apply (the
     option ``error_estimate="full"``, an objective that does not split, ``hessian_diagonal``
-    (the factor is not ``H``'s), short folds in windows of a long series). Folds in lanes
-    also give their held-out losses (``info["heldout"]``)."""
-    if (options.error_estimate != "screened" or not getattr(problem, "splits", False)
+    (the factor is not ``H``'s), short folds in windows of a long series, and folds that
+    remove units they do not score (``partial``): their held-out loss is not the training
+    loss the objective splits off). Folds in lanes also give their held-out losses
+    (``info["heldout"]``)."""
+    if (partial or options.error_estimate != "screened" or not getattr(problem, "splits", False)
             or options.hessian_diagonal or use_taylor_chord_steps(problem, index)):
         return None
     params, index = np.asarray(params), np.asarray(index)
@@ -212,7 +215,8 @@ def ij_chord_screen(problem, params, index, options, chol, grad, info=None):
     return ChordScreen(step, np.asarray(change), np.asarray(reach), np.asarray(rate), second)
 
 
-def full_hessian_chord_steps(problem, params, index, options, chol=None, info=None):
+def full_hessian_chord_steps(problem, params, index, options, chol=None, info=None,
+                             unscored=None):
     """``(correction (n_folds, D), rho (n_folds,))`` of the fold points ``params`` with
     ``M = H`` at ``(u_1, 1)``: :func:`ij_chord_steps` with the Cholesky factor ``chol`` the
     IJ holds, else (matrix-free) :func:`ij_chord_steps_cg` (a row CG could not solve is NaN:
@@ -220,7 +224,8 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
     :func:`approxcv.engine.windows.taylor_chord_steps` (recorded in ``info``; folds its
     checks do not vouch for take the full passes); many long folds of one series go in lanes
     (:func:`approxcv.engine.lanes.lanes_chord_steps`, whose pass also gives the held-out
-    losses at ``params``: ``info["heldout"]``). Applied to the IJ's points this is the IJ's own
+    losses at ``params``: ``info["heldout"]``, with the ``unscored`` units' term taken off,
+    :func:`approxcv.engine.heldout.heldout_losses`). Applied to the IJ's points this is the IJ's own
     estimate; applied to a refined point ``u*`` it is the next round of the same iteration
     (``method="auto"``'s chord stage)."""
     if chol is not None:
@@ -232,7 +237,9 @@ def full_hessian_chord_steps(problem, params, index, options, chol=None, info=No
             step, rate, heldout = lanes_chord_steps(problem, params, index, chol,
                                                     options.batch_size, options.progress)
             if info is not None:
-                info["heldout"] = heldout
+                info["heldout"] = heldout_losses(problem, params, index, options.batch_size,
+                                                 options.progress, unscored=unscored,
+                                                 removed=heldout)
             return step, rate
         if use_taylor_chord_steps(problem, index):
             return taylor_chord_steps(problem, params, index, chol, full, options.progress,
@@ -258,7 +265,7 @@ def refined_params(params, correction):
 
 def estimate_errors(problem, params, fold_loss, index, correction,
                     batch_size: int | None = None, progress: bool = False,
-                    points: bool = True):
+                    points: bool = True, unscored=None):
     """Estimated relative error ``|L_o(u*) - L_o(u_m)| / |L_o(u*)|`` of every fold loss.
 
     Args:
@@ -272,6 +279,9 @@ def estimate_errors(problem, params, fold_loss, index, correction,
         points: also return the point losses at ``u*`` (else ``None``: folds in lanes
             then need only the forward passes, :func:`approxcv.engine.lanes.
             lanes_fold_losses`).
+        unscored: ``(n_folds, m')`` padded removed-but-not-scored indices, or ``None``: the
+            fold loss at ``u*`` is then the difference of both terms there, as at ``u_m``
+            (:func:`approxcv.engine.heldout.heldout_losses`).
 
     Returns:
         ``(estimate (n_folds,), refined_fold_loss (n_folds,), refined_points (n_folds,
@@ -283,10 +293,13 @@ def estimate_errors(problem, params, fold_loss, index, correction,
     if not points and use_lanes(problem, index):
         loss_star, points_star = lanes_fold_losses(problem, refined, index, batch_size,
                                                    progress), None
+        if unscored is not None:
+            loss_star = np.asarray(loss_star, np.float64) - unscored_losses(
+                problem, refined, unscored, batch_size, progress)
     else:
         batch = batch_size or fold_batch_size(problem, len(index))
         loss_star, points_star = (np.asarray(a) for a in heldout_losses(
-            problem, refined, index, batch, progress))
+            problem, refined, index, batch, progress, unscored=unscored))
     fold_loss = np.asarray(fold_loss, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         est = np.abs(loss_star - fold_loss) / np.abs(loss_star)
@@ -296,7 +309,8 @@ def estimate_errors(problem, params, fold_loss, index, correction,
 
 
 def screened_estimate_errors(problem, params, fold_loss, index, screen: ChordScreen, tol,
-                             batch_size: int | None = None, progress: bool = False):
+                             batch_size: int | None = None, progress: bool = False,
+                             unscored=None):
     """Every fold's estimate from the IJ's :class:`ChordScreen` (module docstring, screened
     estimates): the screen where it vouches (at most ``SCREEN_FRACTION * tol``, ``rho <
     SCREEN_MAX_RATE``), else the full two-step estimate (their second chord steps and
@@ -326,7 +340,8 @@ def screened_estimate_errors(problem, params, fold_loss, index, screen: ChordScr
         corr, rho = (np.asarray(a) for a in screen.second(padded))
         sub = estimate_errors(problem, np.asarray(params)[padded], loss[padded],
                               np.asarray(index)[padded], corr, batch_size, progress,
-                              points=False)[0]
+                              points=False, unscored=None if unscored is None
+                              else np.asarray(unscored)[padded])[0]
         est[rows], correction[rows], rate[rows] = (sub[:rows.size], corr[:rows.size],
                                                    rho[:rows.size])
     return est, correction, rate, rows

@@ -287,10 +287,12 @@ def _basin_start(full, usable, at_fit: float, tol: float):
     return j if value[j] < at_fit - tol else None
 
 
-def unreliable_optima(problem, index, rec: dict, batch_size: int | None = None) -> dict:
+def unreliable_optima(problem, index, rec: dict, batch_size: int | None = None,
+                      unscored=None) -> dict:
     """``worse_optimum`` and ``restart_disagreement`` masks (module docstring), and
     ``competing_loss``: the held-out fold loss at the runner-up where it lies within
-    ``OPTIMUM_GAP_NATS`` of the chosen optimum (NaN elsewhere)."""
+    ``OPTIMUM_GAP_NATS`` of the chosen optimum (NaN elsewhere); ``unscored``: the folds'
+    removed-but-not-scored units (:func:`approxcv.engine.heldout.heldout_losses`)."""
     tol = RESTART_RTOL * problem.scale
     objective, converged = rec["objective"], rec["converged"].astype(bool)
     lowest = rec["lowest_objective"]
@@ -304,9 +306,11 @@ def unreliable_optima(problem, index, rec: dict, batch_size: int | None = None) 
         # all rows (the runner-up where near, the chosen refit elsewhere): the shapes of the
         # engine's own held-out evaluation, so its compiled program serves both
         alt = np.where(near[:, None], rec["alt_u"], rec["u"])
-        at_alt = heldout_losses(problem, alt, index, batch_size)[0]
-        at_chosen = heldout_losses(problem, rec["u"], index, batch_size)[0]
-        left_out = np.sum(np.asarray(index) < problem.n_units, axis=1)
+        at_alt = heldout_losses(problem, alt, index, batch_size, unscored=unscored)[0]
+        at_chosen = heldout_losses(problem, rec["u"], index, batch_size, unscored=unscored)[0]
+        left_out = np.sum(np.asarray(index) < problem.n_units, axis=1)    # scored units
+        if unscored is not None:
+            left_out = left_out - np.sum(np.asarray(unscored) < problem.n_units, axis=1)
         with np.errstate(invalid="ignore"):
             differ = np.abs(at_alt - at_chosen) > left_out * np.log1p(HELDOUT_RTOL)
         disagree = near & differ

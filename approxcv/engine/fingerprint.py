@@ -66,6 +66,10 @@ def folds_digest(folds) -> str:
     for arr in (np.asarray([folds.n]), folds.ids, np.asarray([len(u) for u in units]),
                 np.concatenate(units) if units else np.zeros(0)):
         h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
+    if getattr(folds, "partial", False):     # folds that remove more than they score
+        h.update(b"scored")
+        for arr in (folds.scored_sizes, np.concatenate(folds.scored)):
+            h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
     return h.hexdigest()
 
 

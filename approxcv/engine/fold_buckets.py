@@ -45,9 +45,11 @@ def bucketed(folds: Folds, rows=None) -> Folds:
     rows = np.arange(len(folds)) if rows is None else np.asarray(rows)
     size = fold_bucket(max(len(rows), 1))
     widest = int(np.argmax(folds.sizes))
-    idx = [folds[int(r)] for r in rows] + [folds[widest]] * (size - len(rows))
+    take = [int(r) for r in rows] + [widest] * (size - len(rows))
     ids = np.concatenate([folds.ids[rows], -np.arange(1, size - len(rows) + 1)])
-    return Folds(idx, folds.n, ids=ids, width=folds.width)
+    scored = [folds.scored[r] for r in take] if folds.partial else None
+    return Folds([folds[r] for r in take], folds.n, ids=ids, width=folds.width,
+                 scored=scored)
 
 
 def trim_per_fold(diagnostics: dict, keep: int) -> None:

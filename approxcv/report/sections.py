@@ -51,7 +51,10 @@ def results_section(saved, result_dir: Path) -> tuple:
         rows.append({"result": s.label, "method": r.method, "model": model_name(s),
                      "scheme": r.scheme or "–", "level": r.level, "fold set": fold_set,
                      "folds": len(r),
-                     "units left out": int(sum(len(p) for p in r.point_loss)),
+                     "units left out": int(sum(len(p) for p in r.point_loss))
+                     if not getattr(r.folds, "partial", False) else int(np.sum(r.folds.sizes)),
+                     **({"units scored": int(sum(len(p) for p in r.point_loss))}
+                        if getattr(r.folds, "partial", False) else {}),
                      "unreliable folds": len(r) - summ["n_reliable"],
                      "mean fold loss": summ["mean_fold_loss"],
                      "mean point loss": summ["mean_point_loss"],

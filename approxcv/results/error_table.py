@@ -38,8 +38,8 @@ def accuracy(approx: CVResult, exact: CVResult) -> pd.DataFrame:
     _, ia, ie = np.intersect1d(approx.fold_ids, exact.fold_ids, return_indices=True)
     if ia.size == 0:
         raise InvalidArgumentError("`approx` and `exact` have no fold ids in common")
-    units_a = [approx.folds[i] for i in ia]
-    units_e = [exact.folds[j] for j in ie]
+    units_a = [approx.folds.scored[i] for i in ia]      # the units of the point losses
+    units_e = [exact.folds.scored[j] for j in ie]
     sizes = np.array([len(u) for u in units_a])
     same = sizes == np.array([len(u) for u in units_e])
     flat_a, flat_e = np.concatenate(units_a), np.concatenate(units_e)

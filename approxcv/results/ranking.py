@@ -56,7 +56,7 @@ def _same_units(results: dict) -> tuple:
     names = list(results)
     first = results[names[0]]
     ids = np.asarray(first.fold_ids)
-    units = [np.asarray(first.folds[i]) for i in range(len(first))]
+    units = [np.asarray(first.folds.scored[i]) for i in range(len(first))]
     for name in names[1:]:
         r = results[name]
         if len(r) != len(first) or not np.array_equal(np.asarray(r.fold_ids), ids):
@@ -65,7 +65,8 @@ def _same_units(results: dict) -> tuple:
                 f"{len(r)} folds, or other fold ids; field 'folds' differs): models are "
                 "compared on the same folds")
         for i in range(len(r)):
-            if not np.array_equal(np.asarray(r.folds[i]), units[i]):
+            if not (np.array_equal(np.asarray(r.folds.scored[i]), units[i])
+                    and np.array_equal(np.asarray(r.folds[i]), np.asarray(first.folds[i]))):
                 raise IncomparableResultsError(
                     f"fold {int(ids[i])} leaves out different units in {names[0]!r} and "
                     f"{name!r} (field 'folds' differs): models are compared on the same "

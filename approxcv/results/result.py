@@ -29,8 +29,11 @@ class CVResult:
         scheme: weighting scheme (``None`` at the structure level).
         level: ``"within"`` or ``"structure"``.
         folds: the :class:`~approxcv.folds.Folds` used (their ``ids`` identify folds).
-        fold_loss: ``(n_folds,)`` ``-log p(x_o | x_kept; theta_o)``, joint over each fold.
-        point_loss: list of ``(|o_i|,)`` arrays ``-log p(x_t | x_kept; theta_o)``.
+        fold_loss: ``(n_folds,)`` ``-log p(x_o | x_kept; theta_o)``, joint over each fold
+            (for folds that remove more than they score, ``-log p(x_S | x_kept; theta_o)``
+            over the scored units ``S``, the others marginalised out).
+        point_loss: list of ``(|o_i|,)`` arrays ``-log p(x_t | x_kept; theta_o)``, one per
+            scored unit (``folds.scored[i]``).
         params: per-fold model parameters, a stacked pytree with leading axis ``n_folds``.
         params_flat: ``(n_folds, D)`` unconstrained parameters.
         seconds: wall time after the initial fit.
@@ -100,10 +103,10 @@ class CVResult:
 
     @property
     def elpd_unit(self) -> str:
-        """``"point"`` when no unit is left out twice (leave-one-out, k-fold): the units of
-        :attr:`lpd` are the left-out units; else ``"fold"`` (overlapping folds, e.g. repeated
-        i.i.d. folds): the units are the folds, each with its joint log density."""
-        flat = np.concatenate([np.asarray(self.folds[i]) for i in range(len(self))])
+        """``"point"`` when no unit is scored twice (leave-one-out, k-fold, h-block): the units
+        of :attr:`lpd` are the scored units; else ``"fold"`` (overlapping folds, e.g.
+        repeated i.i.d. folds): the units are the folds, each with its joint log density."""
+        flat = np.concatenate([np.asarray(self.folds.scored[i]) for i in range(len(self))])
         return "point" if np.unique(flat).size == flat.size else "fold"
 
     @property
@@ -130,13 +133,14 @@ class CVResult:
         return paired_se(self.lpd, self.elpd_unit)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per left-out unit: ``fold_id``, ``unit``, ``loss``, the fold's
-        ``fold_loss`` and whether the fold is ``unreliable``."""
+        """One row per scored unit (the left-out units, unless the folds remove more than
+        they score): ``fold_id``, ``unit``, ``loss``, the fold's ``fold_loss`` and whether
+        the fold is ``unreliable``."""
         import pandas as pd     # here, not at the top: a fit and its CV need no pandas
         sizes = np.array([len(p) for p in self.point_loss])
         return pd.DataFrame({
             "fold_id": np.repeat(self.fold_ids, sizes),
-            "unit": np.concatenate([self.folds[i] for i in range(len(self))]),
+            "unit": np.concatenate([self.folds.scored[i] for i in range(len(self))]),
             "loss": np.concatenate(self.point_loss),
             "fold_loss": np.repeat(self.fold_loss, sizes),
             "unreliable": np.repeat(self.unreliable, sizes)})
@@ -228,7 +232,7 @@ class CVResult:
             p = float("nan")
         else:
             elpd_i = self.lpd                    # minus the point losses, in fold order
-            obs = np.concatenate([np.asarray(self.folds[i]) for i in range(len(self))])
+            obs = np.concatenate([np.asarray(self.folds.scored[i]) for i in range(len(self))])
             k = None if k is None else np.asarray(k, float).reshape(-1)
             p = self._p_loo(float(elpd_i.sum()), elpd_i.size)
         n = elpd_i.size

@@ -284,6 +284,9 @@ def save_result(result, path, *, model=None) -> Path:
     layout = {"n": int(folds.n), "ids": enc.array(folds.ids), "sizes": enc.array(folds.sizes),
               "units": enc.array(np.concatenate([np.asarray(folds[i]) for i in
                                                  range(len(folds))]))}
+    if getattr(folds, "partial", False):     # folds that remove more than they score
+        layout["scored_sizes"] = enc.array(folds.scored_sizes)
+        layout["scored_units"] = enc.array(np.concatenate(folds.scored))
     point_sizes = [len(p) for p in result.point_loss]
     cls = type(result)
     meta = {
@@ -431,8 +434,12 @@ def read_result(path) -> SavedResult:
         lay = meta["folds"]
         sizes = _decode(lay["sizes"], arrays, npz_path)
         cuts = np.cumsum(sizes)[:-1]
+        scored = None
+        if "scored_units" in lay:
+            scored = np.split(_decode(lay["scored_units"], arrays, npz_path),
+                              np.cumsum(_decode(lay["scored_sizes"], arrays, npz_path))[:-1])
         folds = Folds(np.split(_decode(lay["units"], arrays, npz_path), cuts), lay["n"],
-                      ids=_decode(lay["ids"], arrays, npz_path))
+                      ids=_decode(lay["ids"], arrays, npz_path), scored=scored)
         pl = meta["point_loss"]
         point_loss = np.split(_decode(pl["values"], arrays, npz_path),
                               np.cumsum(_decode(pl["sizes"], arrays, npz_path))[:-1])

@@ -156,3 +156,25 @@ def test_gaussian_hmm_lwcv_in_lanes_equals_the_fold_by_fold_passes(in_lanes):
     params = model.fit(x)
     folds = acv.folds.iid(len(x), 0.1, 4, seed=0)
     _lanes_against_fold_by_fold(model, x, params, folds, in_lanes)
+
+
+def test_folds_that_remove_more_than_they_score_in_lanes_equal_the_fold_by_fold_passes(
+        series, in_lanes, scheme="A"):
+    """h-block folds in lanes: the lanes' own held-out pass less the unscored units' term
+    (:func:`approxcv.engine.heldout.heldout_losses` with ``removed=``) and the error
+    estimate at the refined point equal the fold-by-fold passes."""
+    model, x, params = series
+    folds = acv.folds.hblock(len(x), 6, 5)
+    in_lanes.setattr(lanes, "LANES_MIN_WORK", 10 ** 18)
+    per_fold = acv.cross_validate(model, x, folds, "ij", params=params, scheme=scheme,
+                                  progress=False, warn=False)
+    in_lanes.setattr(lanes, "LANES_MIN_WORK", 0)
+    assert lanes.use_lanes(make_problem(model, x, params, scheme=scheme), folds.padded())
+    got = acv.cross_validate(model, x, folds, "ij", params=params, scheme=scheme,
+                             progress=False, warn=False)
+    np.testing.assert_allclose(got.fold_loss, per_fold.fold_loss, rtol=1e-12)
+    np.testing.assert_allclose(np.concatenate(got.point_loss),
+                               np.concatenate(per_fold.point_loss), rtol=1e-12)
+    np.testing.assert_allclose(got.error_estimate, per_fold.error_estimate, rtol=1e-6,
+                               atol=1e-14)
+    assert [len(p) for p in got.point_loss] == [len(s) for s in folds.scored]

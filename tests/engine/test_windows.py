@@ -118,3 +118,34 @@ def test_third_derivative_by_differenced_hessians_equals_forward_mode(long_serie
     np.testing.assert_allclose(hess, np.transpose(hess), atol=1e-12 * np.max(np.abs(hess)))
     np.testing.assert_allclose(third, want, rtol=0, atol=1e-6 * np.max(np.abs(want)))
     np.testing.assert_allclose(third, np.transpose(third, (2, 0, 1)), rtol=1e-12)
+
+
+def test_folds_that_remove_more_than_they_score_in_windows_equal_the_full_pass(
+        long_series, monkeypatch):
+    """Short h-block folds of a long series: both terms of ``-log p(x_S | x_K)`` in windows,
+    and a fold whose unscored set is empty (no second term)."""
+    model, x, params = long_series
+    problem = make_problem(model, x, params)
+    blocks = acv.folds.hblock(len(x), 100, 2)
+    pick = np.arange(0, 100, 5)
+    folds = acv.folds.Folds([blocks[i] for i in pick] + [blocks.scored[7]], len(x),
+                            scored=[blocks.scored[i] for i in pick] + [blocks.scored[7]]
+                            ).in_units(problem.n_units)     # padding past the null units
+    rng = np.random.default_rng(1)
+    u = np.asarray(problem.u_full) + 1e-3 * rng.normal(size=(len(folds),
+                                                             problem.u_full.size))
+    full = heldout.heldout_losses(problem, u, folds.padded(),
+                                  unscored=folds.unscored_padded())
+    monkeypatch.setattr(windows, "WINDOW_MIN_WORK", 0)
+    assert windows.use_windows(problem, folds.padded())
+    info = {}
+    win = heldout.heldout_losses(problem, u, folds.padded(), info=info,
+                                 unscored=folds.unscored_padded())
+    assert info["heldout_windows"]["half_widths"]
+    np.testing.assert_allclose(win[0], full[0], rtol=1e-8)
+    np.testing.assert_allclose(win[1], full[1], rtol=1e-8, atol=1e-10)
+    # the difference of the two joint losses, each in its own pass
+    removed = heldout.heldout_losses(problem, u, folds.padded())[0]
+    rest = heldout.unscored_losses(problem, u, folds.unscored_padded())
+    assert rest[-1] == 0.0 and np.all(rest[:-1] > 0)
+    np.testing.assert_allclose(full[0], removed - rest, rtol=1e-12)

@@ -276,3 +276,41 @@ def test_in_sample_records_lpd_at_the_full_fit_and_fills_p(ridge_runs):
                                        progress=False, warn=False).to_arviz().p)
     with pytest.raises(InvalidArgumentError, match="in_sample"):
         acv.cross_validate(model, data, folds, "ns", params=params, in_sample=1)
+
+
+def test_results_of_folds_that_remove_more_than_they_score_map_points_to_scored_units(
+        tmp_path):
+    """h-block folds: every point loss, lpd entry, frame row, ArviZ observation and paired
+    comparison is a scored unit (a partition of the data), and a save keeps the scored
+    sets."""
+    import jax.scipy.stats as jst
+    y = np.random.default_rng(4).normal(0.5, 1.5, size=24)
+    models = {"normal": acv.models.Pointwise(
+                  lambda p, u: jst.norm.logpdf(u["y"], p["mu"], p["sigma"]),
+                  init={"mu": 0.0, "sigma": 1.0}, constraints={"sigma": "positive"}),
+              "student": acv.models.Pointwise(
+                  lambda p, u: jst.t.logpdf(u["y"], 4.0, p["mu"], p["s"]),
+                  init={"mu": 0.0, "s": 1.0}, constraints={"s": "positive"})}
+    folds = acv.folds.hblock(24, 4, 3)
+    res = {k: acv.cross_validate(m, {"y": y}, folds, "exact", progress=False, restarts=0)
+           for k, m in models.items()}
+    r = res["normal"]
+    assert [len(p) for p in r.point_loss] == [6] * 4 and r.elpd_unit == "point"
+    assert r.lpd.shape == (24,)
+    np.testing.assert_array_equal(r.to_frame()["unit"], np.arange(24))
+    np.testing.assert_array_equal(r.to_arviz().elpd_i.coords["obs"], np.arange(24))
+    table = acv.compare(res, unit="point")
+    assert table.attrs["unit"] == "point"
+    np.testing.assert_allclose(table.loc["normal", "elpd"], -np.sum(r.fold_loss), rtol=1e-12)
+    back = acv.load_result(r.save(tmp_path / "hblock"))
+    assert back.folds.partial
+    for i in range(4):
+        np.testing.assert_array_equal(back.folds.scored[i], folds.scored[i])
+        np.testing.assert_array_equal(back.folds[i], folds[i])
+    assert back.fingerprint == r.fingerprint
+    # the same removed sets scoring everything are other folds: not compared with these
+    plain = acv.cross_validate(models["normal"], {"y": y},
+                               acv.folds.Folds(list(folds), 24), "exact", progress=False,
+                               restarts=0)
+    with pytest.raises(acv.errors.IncomparableResultsError):
+        acv.compare({"hblock": r, "plain": plain})

@@ -85,19 +85,22 @@ def run_with_estimate(name, problem, folds, options, keep: int | None = None):
     keep = len(folds) if keep is None else keep
     params, diag = get_method(name)[0](problem, folds, options)
     params = np.array(params)
-    index = folds.padded()
+    index, unscored = folds.padded(), folds.unscored_padded()
     fold_loss, points = (np.array(a) for a in (diag.pop("heldout") if "heldout" in diag
                                                else heldout_losses(problem, params, index,
-                                                                   options.batch_size)))
+                                                                   options.batch_size,
+                                                                   unscored=unscored)))
     correction, screen = diag.pop("chord_correction", None), diag.pop("chord_screen", None)
     if screen is not None:          # ij: its screen, the two steps where it cannot vouch
         est, correction, diag["chord_rate"], _ = (np.asarray(a)[:keep] for a in
                                                    screened_estimate_errors(
-            problem, params, fold_loss, index, screen, options.tol, options.batch_size))
+            problem, params, fold_loss, index, screen, options.tol, options.batch_size,
+            unscored=unscored))
     elif correction is not None:
         correction = np.asarray(correction)[:keep]
         est = estimate_errors(problem, params[:keep], fold_loss[:keep], index[:keep],
-                              correction, options.batch_size, points=False)[0]
+                              correction, options.batch_size, points=False,
+                              unscored=None if unscored is None else unscored[:keep])[0]
     else:
         est = np.full(keep, np.nan)
     causes = unreliable_causes(diag.pop("unreliable", None), len(folds))
@@ -133,13 +136,15 @@ def chord_rounds(problem, folds, rows, params, correction, previous, chol, optio
         sub = bucketed(folds, live)
         pad, keep = len(sub) - live.size, live.size
         u_pad, sub_index = np.concatenate([u, np.repeat(u[:1], pad, axis=0)]), sub.padded()
+        sub_unscored = sub.unscored_padded()
         if loss is None:
             loss, points = (np.asarray(a)[:keep] for a in heldout_losses(
-                problem, u_pad, sub_index, options.batch_size))
+                problem, u_pad, sub_index, options.batch_size, unscored=sub_unscored))
         corr = full_hessian_chord_steps(problem, u_pad, sub_index, options, chol)[0]
         loss_pad = np.concatenate([loss, np.repeat(loss[:1], pad)])
         est, loss_next, points_next = (a[:keep] for a in estimate_errors(
-            problem, u_pad, loss_pad, sub_index, corr, options.batch_size))
+            problem, u_pad, loss_pad, sub_index, corr, options.batch_size,
+            unscored=sub_unscored))
         shrinks = est <= CHORD_SHRINK * prev
         done = (est <= options.tol) & shrinks
         out_rows.append(live[done])
@@ -260,7 +265,8 @@ def auto(problem, folds, options):
             raise RuntimeError("exact refits and the local surrogate have different "
                                "parameter layouts")
         sub_loss, sub_points = heldout_losses(target, sub_params, sub.padded(),
-                                              options.batch_size)
+                                              options.batch_size,
+                                              unscored=sub.unscored_padded())
         sub_causes = unreliable_causes(diag_ex.pop("unreliable", None), rows.size)
         sub_est = np.where(_any(sub_causes, rows.size), np.nan, 0.0)
         replace(rows, sub_params, sub_loss, sub_points, sub_est, sub_causes, "exact")

@@ -313,7 +313,8 @@ def exact(problem, folds, options):
     params = rec["u"]
     converged = rec["converged"].astype(bool) & np.all(np.isfinite(params), axis=1)
     rec["converged"] = converged
-    flags = unreliable_optima(problem, index, rec, options.batch_size)
+    flags = unreliable_optima(problem, index, rec, options.batch_size,
+                              unscored=folds.unscored_padded())
     disagree = flags["restart_disagreement"]
     diagnostics = {**state, "exact_solver": solver, "exact_restarts": n_starts - 1,
                    "exact_converged": converged, "exact_num_steps": rec["num_steps"],

@@ -88,12 +88,13 @@ def ij(problem, folds, options):
         diagnostics["unreliable"] = {"hessian_not_pd": np.full(len(folds), not factor.reliable)}
         t_est = time.perf_counter()
         screen = ij_chord_screen(problem, params, index, options, factor.chol, grad,
-                                 diagnostics)
+                                 diagnostics, partial=folds.partial)
         if screen is not None:      # the rest of the estimate once the fold losses are known
             diagnostics["chord_screen"], diagnostics["chord_rate"] = screen, screen.rate
         else:
             step, rate = full_hessian_chord_steps(problem, params, index, options,
-                                                  factor.chol, diagnostics)
+                                                  factor.chol, diagnostics,
+                                                  unscored=folds.unscored_padded())
             diagnostics["chord_correction"], diagnostics["chord_rate"] = step, rate
         diagnostics["chord_factor"] = factor.chol   # for auto's chord stage; not reported
         diagnostics["stage_seconds"] = {"derivatives": t_solve - t, "solve": t_est - t_solve,
