@@ -37,9 +37,10 @@ import inspect
 import os
 
 import jax
+import jaxlib
 import numpy as np
 
-from . import _program_cache
+from . import _compilation_cache, _program_cache
 from ._placement import current_platform
 from .errors import InvalidArgumentError
 
@@ -60,6 +61,9 @@ def compiler_options(platform: str = "cpu", fast: bool = False,
     if platform != "cpu":
         return None
     options = {"xla_cpu_use_fusion_emitters": False}
+    cap = _compilation_cache.isa_cap(os.environ.get("XLA_FLAGS", ""), jaxlib.__version__)
+    if cap is not None:     # an AVX-512 CPU whose jaxlib's cache loader logs false errors
+        options[_compilation_cache.ISA_OPTION] = cap
     if fast:
         options.update(FAST_COMPILE_OPTIONS)
     if marked:
@@ -188,7 +192,7 @@ def _cached_call(programs, jitted, unmarked, split, program, args, kwargs):
                 ready, unchecked = _program_cache.compiled_program(
                     jitted, program, statics, treedef, table_key[-1], args, kwargs)
                 if ready is None:                        # no key: JAX's jit and its cache
-                    ready = unmarked()[0]
+                    ready = _program_cache.compile_bypassed(unmarked()[0], args, kwargs)
                 full = not isinstance(ready, jax.stages.Compiled)  # a jit takes statics too
                 found = programs[table_key] = (ready, full, unchecked)
     ready, full, unchecked = found
