@@ -12,7 +12,9 @@ dominate start-up.
 
 Only the cache's own settings are changed (``jax_compilation_cache_dir``, its thresholds and
 size limit): no environment variable (``XLA_FLAGS``, ``TF_CPP_MIN_LOG_LEVEL``), no log
-level, no other flag; the user's own programs compile and log as without approxcv.
+level, no other flag: the user's own programs compile with their flags and log at their
+level (those that take ``MIN_COMPILE_SECONDS`` to compile share the cache, except on the
+CPUs of the next paragraph).
 
 A silent terminal (jax-ml/jax#38445). Loading a cached program, jaxlib 0.9-0.10 logs from C++
 to stderr, and nothing in the configuration avoids the cause:

@@ -30,7 +30,8 @@ never a guess:
   another module bound there (a test's monkeypatch) turns the cache off for that call.
 
 It is on only where it is safe and useful: approxcv's compilation cache is on in its own
-directory (so the instruction-set cap that keeps the loader quiet is in force), JAX runs on
+directory (so that a CPU whose loader logs false errors has approxcv's per-program
+instruction-set cap, :func:`approxcv._compilation_cache.isa_cap`), JAX runs on
 one CPU device, ``jax_disable_jit`` is off, and ``APPROXCV_NO_PROGRAM_CACHE`` is unset.
 Programs whose trace, lower and compile took at least :data:`MIN_SECONDS` are stored, one
 file each under ``<compilation cache>/programs`` (written atomically); the directory is kept
@@ -49,9 +50,12 @@ program is compiled again and stored anew, without a line on stderr.
 
 A loaded program's calls are waited for until one has run it, and one that fails to run
 (any exception: XLA's runtime error, or JAX's ``TypeError`` for arguments the executable
-was not compiled for) is rejected likewise. jaxlib 0.9.2 can write a CPU executable without
-all its kernels (``Function select_select_fusion not found`` when run: seen once in a test
-run that shared the directory between two processes, not reproduced). The known cause is an
+was not compiled for) is rejected likewise. The line jaxlib 0.9-0.10 logs for every load is
+dropped around the load (:func:`approxcv._jax_workarounds.quiet_loader_warnings`); the
+private JAX API the store needs lives in :mod:`approxcv._jax_workarounds`. jaxlib 0.9.2
+can write a CPU executable without all its kernels (``Function select_select_fusion not
+found`` when run: seen once in a test run that shared the directory between two
+processes, not reproduced). The known cause is an
 executable that JAX's own cache handed back; programs compiled here are therefore kept out
 of JAX's cache (:func:`_outside_jax_cache`, and :data:`MARK`, which a bypassed call does
 not carry), and one JAX's cache returned during a compile is not stored. As a precaution,
