@@ -103,6 +103,8 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
     # program cache (approxcv._program_cache): (callable, whether it takes the static
     # arguments too, the key of a loaded program not yet run or None; _cached_call)
     programs = _program_cache.register_table({})
+    # programs compiled by approxcv outside the store, by the same keys (_quiet_call)
+    unbypassed = _program_cache.register_table({})
     split = _ArgumentSplit(fun, jit_kwargs)
 
     def jitted_for(key):
@@ -126,7 +128,11 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
         key = True if nested else (current_platform(), small, cached)
         jitted, options = jitted_for(key)
         if not cached:
-            return jitted(*args, **kwargs)
+            if nested or key[0] != "cpu" or not _program_cache.quiet_jax_cache():
+                return jitted(*args, **kwargs)
+            # the program store is off, JAX's cache on: compiled by approxcv, so that a
+            # load from JAX's cache is silent (_program_cache.compile_bypassed)
+            return _quiet_call(unbypassed, jitted, split, key, args, kwargs)
         # a call the program cache cannot key runs without the cache's mark: a marked
         # program must never reach JAX's cache (module docstring of _program_cache)
         unmarked = functools.partial(jitted_for, (key[0], small, False))
@@ -210,6 +216,29 @@ def _cached_call(programs, jitted, unmarked, split, program, args, kwargs):
                                                                     kwargs), False, None)
         ready, full, _ = programs[table_key]
     return ready(*args, **kwargs) if full else ready(*dyn_args, **dyn_kwargs)
+
+
+def _quiet_call(programs, jitted, split, key, args, kwargs):
+    """Call ``jitted`` compiled for these static arguments and argument shapes by
+    :func:`approxcv._program_cache.compile_bypassed` (through JAX's cache, without the line
+    jaxlib 0.9-0.10 logs for each load), held in ``programs``; a call that cannot be split
+    or keyed goes to ``jitted`` itself."""
+    if not split.usable:
+        return jitted(*args, **kwargs)
+    statics, dyn_args, dyn_kwargs = split(args, kwargs)
+    try:
+        leaves, treedef = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        table_key = (key, statics, treedef, _program_cache.avals(leaves))
+        found = programs.get(table_key)
+    except (TypeError, _program_cache.Unkeyable):
+        return jitted(*args, **kwargs)
+    if found is None:
+        with _program_cache.program_lock((id(programs), table_key)):
+            found = programs.get(table_key)
+            if found is None:
+                found = programs[table_key] = _program_cache.compile_bypassed(
+                    jitted, args, kwargs)
+    return found(*dyn_args, **dyn_kwargs)
 
 
 def host_workers() -> int:

@@ -188,6 +188,18 @@ def active() -> bool:
     return _STATE["usable"]
 
 
+def quiet_jax_cache() -> bool:
+    """Whether a call that does not go through this cache (:func:`active` is false: it is
+    turned off, or JAX's cache is the user's own) should be compiled by
+    :func:`compile_bypassed`, so that a load from JAX's cache is silent: JAX's cache is on,
+    on one CPU device (where this cache would run), not paused, jit not disabled."""
+    if _STATE["paused"] or jax.config.jax_disable_jit or not jax.config.jax_compilation_cache_dir:
+        return False
+    if _STATE.get("one_cpu") is None:
+        _STATE["one_cpu"] = jax.default_backend() == "cpu" and jax.device_count() == 1
+    return _STATE["one_cpu"]
+
+
 def clear() -> None:
     """Forget the programs held in this process (as ``jax.clear_caches`` does for JAX's):
     the wrappers of :func:`approxcv._compile.jit` register their in-memory tables here."""

@@ -300,3 +300,13 @@ def test_nothing_global_changes_but_x64_and_the_cache_cold_or_warm(tmp_path):
     assert cold["stored"] > 0 and cold["loaded"] == 0, cold
     assert warm["loaded"] > 0 and warm["stored"] == 0, warm
     assert warm["loss"] == cold["loss"]
+    # the store off, JAX's cache on: its loads of approxcv's programs are silent too
+    off = dict(env, **{_program_cache.DISABLE_ENV: "1",
+                       _compilation_cache.DIR_ENV: str(tmp_path / "jax-only")})
+    for _ in ("cold", "warm"):
+        proc = subprocess.run([sys.executable, "-c", NOTHING_GLOBAL], env=off,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+        run = json.loads(proc.stdout)
+        assert run["env"][0] == run["env"][1] and run["loss"] == cold["loss"], run
+    assert list((tmp_path / "jax-only").glob("*/jit_*-cache"))       # JAX's cache was used
