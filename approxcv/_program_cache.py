@@ -571,7 +571,7 @@ def store(key: str, compiled) -> None:
 
 
 #: the custom calls a stored program may make: jaxlib's LAPACK kernels, set up before a
-#: load (:func:`_native_kernels`)
+#: load (:func:`approxcv._jax_workarounds.prepare_lapack_kernels`)
 STORABLE_CUSTOM_CALLS = ("lapack_",)
 
 

@@ -4,9 +4,9 @@ The README example (smaller: 800 call volumes, 40 folds, none of them unreliable
 warning would be stderr output too; the same code path) runs twice in
 fresh processes on one fresh compilation-cache directory: the first compiles and fills the
 cache, the second loads programs from it — where jaxlib 0.9-0.10 logs a C++ WARNING per
-program, and on an AVX-512 CPU an ERROR unless XLA's code is capped at AVX2
-(``approxcv/_compilation_cache.py``) — and both must leave stderr empty, progress
-bars included (stderr is a pipe here, not a terminal: ``approxcv/_progress.py``).
+program (dropped around approxcv's loads), and on an AVX-512 CPU an ERROR unless the
+program is capped at AVX2 (approxcv's are, per program: ``approxcv/_compilation_cache.py``)
+— and both must leave stderr empty, progress bars included (stderr is a pipe here, not a terminal: ``approxcv/_progress.py``).
 """
 import json
 import os
