@@ -10,17 +10,22 @@ kind of CPU (:func:`cpu_tag`), and a later process loads them instead of compili
 that take at least ``MIN_COMPILE_SECONDS`` (0.1 s) to compile are cached — the few that
 dominate start-up.
 
+Only the cache's own settings are changed (``jax_compilation_cache_dir``, its thresholds and
+size limit): no environment variable (``XLA_FLAGS``, ``TF_CPP_MIN_LOG_LEVEL``), no log
+level, no other flag: the user's own programs compile with their flags and log at their
+level (those that take ``MIN_COMPILE_SECONDS`` to compile share the cache, except on the
+CPUs of the next paragraph).
+
 A silent terminal (jax-ml/jax#38445). Loading a cached program, jaxlib 0.9-0.10 logs from C++
 to stderr, and nothing in the configuration avoids the cause:
 
 * ``W ... pjrt_executable.cc] Assume version compatibility. PjRt-IFRT does not track XLA
   executable versions.``: a WARNING on *every* load (PjRt-IFRT answers "unimplemented" to
-  the version check, and the loader goes on). While the cache is on, approxcv raises the
-  minimum level of XLA's C++ log from WARNING (JAX's default, ``TF_CPP_MIN_LOG_LEVEL=1``) to
-  ERROR (:func:`quiet_cpp_warnings`). That hides every C++ WARNING line of XLA in the
-  process (this one; others seen in practice: "Empty bitcode string provided for eigen");
-  ERROR and FATAL lines, and every Python warning and exception, are still shown.
-  ``TF_CPP_MIN_LOG_LEVEL=0`` (or any level you set other than JAX's default 1) is kept.
+  the version check, and the loader goes on). approxcv drops this one line around its own
+  loads only (``approxcv._jax_workarounds.quiet_loader_warnings``: stderr is caught for
+  the load and every other line written back); the user's ``TF_CPP_MIN_LOG_LEVEL`` is
+  left as it is, so a program of the user's that JAX's own cache loads logs it as JAX
+  does (``TF_CPP_MIN_LOG_LEVEL=2``, set by the user, hides it).
 * ``E ... cpu_aot_loader.cc] Target machine feature +prefer-no-gather is not supported on
   the host machine ... could lead to execution errors such as SIGILL``: an ERROR on every
   load on a CPU with AVX-512, on the machine that compiled the program too: XLA adds the
@@ -29,17 +34,18 @@ to stderr, and nothing in the configuration avoids the cause:
   the host lacks (later XLA skips ``prefer-``/``fast-`` features). The program is loaded
   and runs correctly, but an ERROR line is not ours to hide, and the same line is the only
   warning of a real mismatch. So on such a machine with such a jaxlib
-  (:func:`loader_flags_this_cpu`) approxcv removes the cause: it caps XLA's CPU code
-  generation at AVX2 (``--xla_cpu_max_isa=AVX2`` appended to ``XLA_FLAGS``,
-  :func:`cap_isa`) before JAX's CPU backend starts. AVX2 targets carry no such tuning
-  features, and the loader is silent. (The README example's warm fit and IJ took the same
-  time either way on an AMD EPYC with AVX-512, 0.019-0.022 s and 0.098-0.100 s, with
-  identical results.) Where it cannot — the backend started before approxcv was imported,
-  or ``XLA_FLAGS`` asks for a wider instruction set — the cache stays off
-  (:data:`off_reason` says why) and programs compile in every process. Real mismatches —
-  a cache directory shared by machines with different CPUs (a home directory on NFS) —
-  cannot arise: each kind of CPU has its own subdirectory, and JAX's cache key includes
-  ``XLA_FLAGS``.
+  (:func:`loader_flags_this_cpu`) approxcv compiles *its own* programs with XLA's CPU code
+  capped at AVX2 (the per-program option ``xla_cpu_max_isa=AVX2``, :func:`isa_cap`, in
+  ``approxcv._compile.compiler_options``), which carries no such tuning features; and
+  JAX's cache there stores nothing compiled outside approxcv (its threshold is infinite
+  but in approxcv's own compiles), so no program of the user's is loaded with the false
+  ERROR. (The README example's warm fit and IJ took the same time capped or not on an AMD
+  EPYC with AVX-512, 0.019-0.022 s and 0.098-0.100 s, with identical results, measured
+  with the cap in ``XLA_FLAGS``.) Where ``XLA_FLAGS`` asks for a wider instruction set the
+  cache stays off (:data:`off_reason` says why). Real mismatches — a cache directory
+  shared by machines with different CPUs (a home directory on NFS) — cannot arise: each
+  kind of CPU has its own subdirectory, and JAX's cache key includes ``XLA_FLAGS`` and the
+  compile options.
 
 * ``APPROXCV_NO_COMPILATION_CACHE=1`` (set before ``import approxcv``) turns it off.
 * ``APPROXCV_COMPILATION_CACHE_DIR`` (set before ``import approxcv``) puts it elsewhere
@@ -69,7 +75,7 @@ from pathlib import Path
 from .errors import CompilationCacheWarning
 
 #: programs that compile faster than this are not cached. Loading an entry costs a file
-#: read and jaxlib 0.9-0.10 logs a WARNING per load (hidden: :func:`quiet_cpp_warnings`),
+#: read and jaxlib 0.9-0.10 logs a WARNING per load (the module docstring),
 #: so tiny programs are left to compile. The README example (2,000 steps, 200 folds) in a
 #: second process, on an AMD EPYC with AVX-512: 2.5-2.6 s at 0.3 s (4 entries; the
 #: held-out kernel, 0.29 s to compile, was left out), 2.2-2.3 s at 0.1 s (5 entries),
@@ -91,15 +97,19 @@ LOADER_FIXED_IN = (0, 11)
 #: why the cache is off in this process (``None`` while it is on or was never asked for)
 off_reason: str | None = None
 
-#: the XLA flag that caps the instruction set of XLA's CPU code, and the cap approxcv sets
-#: where the cache loader would log false errors (:func:`cap_isa`)
+#: JAX's cache threshold for approxcv's own compiles where the global one is infinite (an
+#: AVX-512 CPU whose loader logs false errors for uncapped programs: :func:`enable`);
+#: ``None`` elsewhere
+own_threshold: float | None = None
+
+#: the XLA flag that caps the instruction set of XLA's CPU code (``XLA_FLAGS``; as a
+#: per-program option its name is ``ISA_OPTION``), and the cap approxcv gives its own
+#: programs where the cache loader would log false errors (:func:`isa_cap`)
 ISA_FLAG = "--xla_cpu_max_isa"
+ISA_OPTION = "xla_cpu_max_isa"
 ISA_CAP = "AVX2"
 #: caps at or below AVX2 (XLA's names): targets without AVX-512's tuning features
 QUIET_ISAS = ("SSE4_2", "AVX", "AVX2")
-
-#: the instruction-set cap approxcv set in this process (``None``: none set)
-isa_cap: str | None = None
 
 
 #: size limit of the cache (least recently used entries are evicted beyond it)
@@ -204,63 +214,23 @@ def xla_flag_value(flags: str, name: str) -> str | None:
     return values[-1] if values else None
 
 
-def cap_isa(backend_started) -> str | None:
-    """Cap XLA's CPU code at :data:`ISA_CAP`, so that cached programs load without the
-    loader's false ERROR (module docstring); returns ``None`` when a quiet cap is in
-    force, else why it cannot be. ``XLA_FLAGS`` is read when JAX's CPU backend starts, so
-    the flag is appended to it (inherited by worker processes) only while
-    ``backend_started()`` is false. A cap at or below AVX2 already in ``XLA_FLAGS`` is
-    kept; a wider one is the user's choice, and the cache then stays off."""
-    global isa_cap
-    flags = os.environ.get("XLA_FLAGS", "")
-    theirs = xla_flag_value(flags, ISA_FLAG)
-    if theirs is not None:
-        return None if theirs.upper() in QUIET_ISAS else f"XLA_FLAGS sets {ISA_FLAG}={theirs}"
-    if backend_started():
-        return (f"JAX's CPU backend started before approxcv was imported, too late to set "
-                f"{ISA_FLAG}={ISA_CAP}")
-    os.environ["XLA_FLAGS"] = f"{flags} {ISA_FLAG}={ISA_CAP}".strip()
-    isa_cap = ISA_CAP
-    return None
-
-
-def backend_started() -> bool:
-    """Whether JAX's backends are initialised (private JAX API; ``True``, the safe answer,
-    on a JAX without it). Imported here, not at the top, for the reason given in
-    :func:`_absl_set_min_log_level`."""
-    try:
-        from jax._src import xla_bridge
-        return bool(xla_bridge.backends_are_initialized())
-    except (ImportError, AttributeError):
-        return True
-
-
-def quiet_cpp_warnings() -> bool:
-    """Raise the minimum level of XLA's C++ log to ERROR, unless the user set
-    ``TF_CPP_MIN_LOG_LEVEL`` to something other than JAX's default ``1``; returns whether
-    it did. Hides the WARNING JAX's cache loader prints for every program it loads (module
-    docstring); ERROR and FATAL lines stay. Sets the environment variable (read when
-    jaxlib starts; inherited by worker processes) and, as JAX is already imported here,
-    jaxlib's own setter (the one ``jax_logging_level`` uses)."""
-    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1") != "1":
-        return False
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    setter = _absl_set_min_log_level()
-    if setter is not None:
-        setter(2)
-    return True
-
-
-def _absl_set_min_log_level():
-    """jaxlib's setter of the C++ log level, the one ``jax_logging_level`` uses (private;
-    ``None`` on a jaxlib without it: the environment variable alone). Imported here, not at
-    the top: this module is imported by ``import approxcv``, which must not import JAX
-    (``approxcv --help``)."""
-    try:
-        from jax._src.lib import utils as jaxlib_utils
-        return jaxlib_utils.absl_set_min_log_level
-    except (ImportError, AttributeError):
+def isa_cap(xla_flags: str, jaxlib_version: str) -> str | None:
+    """The instruction-set cap for approxcv's CPU programs: :data:`ISA_CAP` where cached
+    programs would otherwise load with the loader's false ERROR (an affected jaxlib on an
+    AVX-512 CPU, :func:`loader_flags_this_cpu`) and ``xla_flags`` (the user's
+    ``XLA_FLAGS``) sets no cap of its own; else ``None``. A per-program XLA option
+    (``approxcv._compile.compiler_options``): the user's own programs, and ``XLA_FLAGS``,
+    are left as they are."""
+    if not loader_flags_this_cpu(jaxlib_version):
         return None
+    return None if xla_flag_value(xla_flags, ISA_FLAG) is not None else ISA_CAP
+
+
+def wide_isa(xla_flags: str) -> str | None:
+    """The instruction-set cap ``xla_flags`` sets if it is wider than :data:`QUIET_ISAS`
+    (AVX-512: cached programs would load with the loader's false ERROR), else ``None``."""
+    theirs = xla_flag_value(xla_flags, ISA_FLAG)
+    return theirs if theirs is not None and theirs.upper() not in QUIET_ISAS else None
 
 
 def switched_off(variable: str) -> bool:
@@ -276,14 +246,14 @@ def disabled() -> bool:
 
 def enable(config, jaxlib_version: str = "0") -> str | None:
     """Point JAX's persistent compilation cache at :func:`cache_dir` (``config`` is
-    ``jax.config``) and quiet the loader's warnings (:func:`quiet_cpp_warnings`); returns
-    the directory in use, or ``None`` when the cache is off (:data:`DISABLE_ENV`, a CPU
-    whose loader would print false errors (:func:`loader_flags_this_cpu`) where the
-    instruction-set cap cannot be set (:func:`cap_isa`), or the directory is
-    :func:`unusable`, said once by a :class:`~approxcv.errors.CompilationCacheWarning`;
-    :data:`off_reason` says which). A directory already configured for JAX is kept, with
-    its settings and JAX's log levels."""
-    global off_reason
+    ``jax.config``); returns the directory in use, or ``None`` when the cache is off
+    (:data:`DISABLE_ENV`; ``XLA_FLAGS`` asking for AVX-512 code on a CPU whose loader
+    would print false errors, :func:`wide_isa`; or the directory is :func:`unusable`, said
+    once by a :class:`~approxcv.errors.CompilationCacheWarning`; :data:`off_reason` says
+    which). A directory already configured for JAX is kept, with its settings. Only the
+    cache's own settings are changed: no environment variable, log level or other flag
+    (module docstring)."""
+    global off_reason, own_threshold
     if disabled():
         off_reason = f"{DISABLE_ENV} is set"
         return None
@@ -298,15 +268,20 @@ def enable(config, jaxlib_version: str = "0") -> str | None:
                       f"writable directory, or {DISABLE_ENV}=1 to do without the cache and "
                       f"this warning", CompilationCacheWarning, stacklevel=2)
         return None
-    if loader_flags_this_cpu(jaxlib_version):
-        why = cap_isa(backend_started)
-        if why is not None:
-            off_reason = (f"jaxlib {jaxlib_version} on an AVX-512 CPU logs a false ERROR for "
-                          f"every cached program it loads (jax-ml/jax#38445), and {why}")
-            return None
-    quiet_cpp_warnings()
+    affected = loader_flags_this_cpu(jaxlib_version)
+    wide = wide_isa(os.environ.get("XLA_FLAGS", "")) if affected else None
+    if wide is not None:
+        off_reason = (f"jaxlib {jaxlib_version} on an AVX-512 CPU logs a false ERROR for "
+                      f"every cached program it loads (jax-ml/jax#38445), and XLA_FLAGS "
+                      f"sets {ISA_FLAG}={wide}")
+        return None
     config.update("jax_compilation_cache_dir", str(path))
-    config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    # where the loader would print false errors for programs compiled without approxcv's
+    # per-program cap (the user's own), JAX's cache writes nothing outside approxcv's
+    # compiles (approxcv._compile raises the threshold for its own, in their thread)
+    config.update("jax_persistent_cache_min_compile_time_secs",
+                  float("inf") if affected else MIN_COMPILE_SECONDS)
+    own_threshold = MIN_COMPILE_SECONDS if affected else None
     config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     # a size limit turns on JAX's eviction, and with it the file lock around every read and
     # write: without it an entry is written in place, and a process reading it meanwhile

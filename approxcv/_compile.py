@@ -37,9 +37,10 @@ import inspect
 import os
 
 import jax
+import jaxlib
 import numpy as np
 
-from . import _program_cache
+from . import _compilation_cache, _program_cache
 from ._placement import current_platform
 from .errors import InvalidArgumentError
 
@@ -60,6 +61,9 @@ def compiler_options(platform: str = "cpu", fast: bool = False,
     if platform != "cpu":
         return None
     options = {"xla_cpu_use_fusion_emitters": False}
+    cap = _compilation_cache.isa_cap(os.environ.get("XLA_FLAGS", ""), jaxlib.__version__)
+    if cap is not None:     # an AVX-512 CPU whose jaxlib's cache loader logs false errors
+        options[_compilation_cache.ISA_OPTION] = cap
     if fast:
         options.update(FAST_COMPILE_OPTIONS)
     if marked:
@@ -99,6 +103,8 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
     # program cache (approxcv._program_cache): (callable, whether it takes the static
     # arguments too, the key of a loaded program not yet run or None; _cached_call)
     programs = _program_cache.register_table({})
+    # programs compiled by approxcv outside the store, by the same keys (_quiet_call)
+    unbypassed = _program_cache.register_table({})
     split = _ArgumentSplit(fun, jit_kwargs)
 
     def jitted_for(key):
@@ -122,7 +128,11 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
         key = True if nested else (current_platform(), small, cached)
         jitted, options = jitted_for(key)
         if not cached:
-            return jitted(*args, **kwargs)
+            if nested or key[0] != "cpu" or not _program_cache.quiet_jax_cache():
+                return jitted(*args, **kwargs)
+            # the program store is off, JAX's cache on: compiled by approxcv, so that a
+            # load from JAX's cache is silent (_program_cache.compile_bypassed)
+            return _quiet_call(unbypassed, jitted, split, key, args, kwargs)
         # a call the program cache cannot key runs without the cache's mark: a marked
         # program must never reach JAX's cache (module docstring of _program_cache)
         unmarked = functools.partial(jitted_for, (key[0], small, False))
@@ -188,7 +198,7 @@ def _cached_call(programs, jitted, unmarked, split, program, args, kwargs):
                 ready, unchecked = _program_cache.compiled_program(
                     jitted, program, statics, treedef, table_key[-1], args, kwargs)
                 if ready is None:                        # no key: JAX's jit and its cache
-                    ready = unmarked()[0]
+                    ready = _program_cache.compile_bypassed(unmarked()[0], args, kwargs)
                 full = not isinstance(ready, jax.stages.Compiled)  # a jit takes statics too
                 found = programs[table_key] = (ready, full, unchecked)
     ready, full, unchecked = found
@@ -206,6 +216,29 @@ def _cached_call(programs, jitted, unmarked, split, program, args, kwargs):
                                                                     kwargs), False, None)
         ready, full, _ = programs[table_key]
     return ready(*args, **kwargs) if full else ready(*dyn_args, **dyn_kwargs)
+
+
+def _quiet_call(programs, jitted, split, key, args, kwargs):
+    """Call ``jitted`` compiled for these static arguments and argument shapes by
+    :func:`approxcv._program_cache.compile_bypassed` (through JAX's cache, without the line
+    jaxlib 0.9-0.10 logs for each load), held in ``programs``; a call that cannot be split
+    or keyed goes to ``jitted`` itself."""
+    if not split.usable:
+        return jitted(*args, **kwargs)
+    statics, dyn_args, dyn_kwargs = split(args, kwargs)
+    try:
+        leaves, treedef = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        table_key = (key, statics, treedef, _program_cache.avals(leaves))
+        found = programs.get(table_key)
+    except (TypeError, _program_cache.Unkeyable):
+        return jitted(*args, **kwargs)
+    if found is None:
+        with _program_cache.program_lock((id(programs), table_key)):
+            found = programs.get(table_key)
+            if found is None:
+                found = programs[table_key] = _program_cache.compile_bypassed(
+                    jitted, args, kwargs)
+    return found(*dyn_args, **dyn_kwargs)
 
 
 def host_workers() -> int:

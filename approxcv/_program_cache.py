@@ -30,7 +30,8 @@ never a guess:
   another module bound there (a test's monkeypatch) turns the cache off for that call.
 
 It is on only where it is safe and useful: approxcv's compilation cache is on in its own
-directory (so the instruction-set cap that keeps the loader quiet is in force), JAX runs on
+directory (so that a CPU whose loader logs false errors has approxcv's per-program
+instruction-set cap, :func:`approxcv._compilation_cache.isa_cap`), JAX runs on
 one CPU device, ``jax_disable_jit`` is off, and ``APPROXCV_NO_PROGRAM_CACHE`` is unset.
 Programs whose trace, lower and compile took at least :data:`MIN_SECONDS` are stored, one
 file each under ``<compilation cache>/programs`` (written atomically); the directory is kept
@@ -49,9 +50,12 @@ program is compiled again and stored anew, without a line on stderr.
 
 A loaded program's calls are waited for until one has run it, and one that fails to run
 (any exception: XLA's runtime error, or JAX's ``TypeError`` for arguments the executable
-was not compiled for) is rejected likewise. jaxlib 0.9.2 can write a CPU executable without
-all its kernels (``Function select_select_fusion not found`` when run: seen once in a test
-run that shared the directory between two processes, not reproduced). The known cause is an
+was not compiled for) is rejected likewise. The line jaxlib 0.9-0.10 logs for every load is
+dropped around the load (:func:`approxcv._jax_workarounds.quiet_loader_warnings`); the
+private JAX API the store needs lives in :mod:`approxcv._jax_workarounds`. jaxlib 0.9.2
+can write a CPU executable without all its kernels (``Function select_select_fusion not
+found`` when run: seen once in a test run that shared the directory between two
+processes, not reproduced). The known cause is an
 executable that JAX's own cache handed back; programs compiled here are therefore kept out
 of JAX's cache (:func:`_outside_jax_cache`, and :data:`MARK`, which a bypassed call does
 not carry), and one JAX's cache returned during a compile is not stored. As a precaution,
@@ -78,12 +82,10 @@ from importlib import metadata
 from pathlib import Path
 
 import jax
-import jaxlib.lapack
+import jax.monitoring
 import numpy as np
-from jax.experimental import serialize_executable
-from jax._src.lib import xla_client
 
-from . import _compilation_cache, _jax_setup
+from . import _compilation_cache, _jax_setup, _jax_workarounds
 
 __all__ = ["use_directory", "directory", "active", "paused", "fingerprint", "Unkeyable",
            "program_key", "environment", "namespace_digest", "source_digest", "stats", "clear", "MIN_SECONDS",
@@ -184,6 +186,18 @@ def active() -> bool:
         _STATE["usable"] = (not disabled_by_env() and jax.default_backend() == "cpu"
                             and jax.device_count() == 1)
     return _STATE["usable"]
+
+
+def quiet_jax_cache() -> bool:
+    """Whether a call that does not go through this cache (:func:`active` is false: it is
+    turned off, or JAX's cache is the user's own) should be compiled by
+    :func:`compile_bypassed`, so that a load from JAX's cache is silent: JAX's cache is on,
+    on one CPU device (where this cache would run), not paused, jit not disabled."""
+    if _STATE["paused"] or jax.config.jax_disable_jit or not jax.config.jax_compilation_cache_dir:
+        return False
+    if _STATE.get("one_cpu") is None:
+        _STATE["one_cpu"] = jax.default_backend() == "cpu" and jax.device_count() == 1
+    return _STATE["one_cpu"]
 
 
 def clear() -> None:
@@ -373,8 +387,7 @@ _CACHE_SETTINGS = ("compilation_cache", "persistent_cache", "log_compiles",
 def environment() -> str:
     """What besides a program's own key decides its compiled code (module docstring)."""
     try:
-        from jax._src import config as jax_config      # JAX's trace context (private)
-        context = repr(jax_config.trace_context())
+        context = _jax_workarounds.trace_context()      # JAX's trace context (private)
     except (ImportError, AttributeError) as err:
         raise Unkeyable(f"JAX's trace context is unavailable ({err})") from None
     if " at 0x" in context:
@@ -514,71 +527,23 @@ def reject(key: str, why: str) -> None:
     discard(key)
 
 
-class _Unpickler(serialize_executable._JaxPjrtUnpickler):
-    """``jax.experimental.serialize_executable``'s unpickler, loading the executable with
-    the XLA options it was compiled with: without them XLA's CPU runtime looks its kernels
-    up under other names (``Function ..._fusion not found``, or a crash) when the options
-    change code generation (approxcv's classic emitters, ``_compile.compiler_options``)."""
-
-    def __init__(self, file, backend, options):
-        super().__init__(file, backend)
-        self.options = options
-
-    def persistent_load(self, pid):
-        if pid[0] == "exec":
-            from jax._src import compiler
-            compile_options = compiler.get_compile_options(
-                num_replicas=1, num_partitions=1,
-                env_options_overrides=self.options, backend=self.backend)
-            return self.backend.deserialize_executable(
-                pid[1], executable_devices=self.execution_devices,
-                compile_options=compile_options)
-        return super().persistent_load(pid)
-
-
-class _Pickler(serialize_executable._JaxPjrtPickler):
-    """``jax.experimental.serialize_executable``'s pickler, writing the executable as JAX's
-    own cache does (``LoadedExecutable.serialize``): the client's serializer that
-    ``serialize_executable`` uses refuses some CPU programs (``LessThan is not
-    serializable``: a sort's comparator)."""
-
-    def persistent_id(self, obj):
-        if isinstance(obj, xla_client.LoadedExecutable) and hasattr(obj, "serialize"):
-            return ("exec", obj.serialize())
-        return super().persistent_id(obj)
-
-
 def _serialize(compiled) -> tuple:
-    """``serialize_executable.serialize`` with :class:`_Pickler`."""
-    unloaded = compiled._executable._unloaded_executable
-    args_info_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
-    if compiled._params.const_args:
-        raise Unkeyable("a program with constant arguments")
-    with io.BytesIO() as file:
-        _Pickler(file).dump((unloaded, args_info_flat, compiled._no_kwargs))
-        return file.getvalue(), in_tree, compiled.out_tree
-
-
-@functools.cache
-def _native_kernels() -> None:
-    """Set up jaxlib's LAPACK kernels, which JAX otherwise does when it first lowers a
-    linear-algebra operation: a loaded program that calls one before that crashes the
-    process (jaxlib 0.9.2: the kernel's pointer is still null)."""
-    jaxlib.lapack.prepare_lapack_call("trsm_ffi", np.dtype(np.float64))
+    """``(payload, in_tree, out_tree)`` of ``compiled`` (:func:`approxcv._jax_workarounds.
+    serialize`); :class:`Unkeyable` for a program with constant arguments."""
+    try:
+        return _jax_workarounds.serialize(compiled)
+    except _jax_workarounds.ConstantArguments as why:
+        raise Unkeyable(str(why)) from None
 
 
 def _deserialize(blob: bytes, options: dict | None):
-    """``serialize_executable.deserialize_and_load`` with the compile options, after
-    :func:`_native_kernels` (``blob``: a verified payload, :func:`verified_payload`)."""
-    _native_kernels()
+    """The program of a verified payload (:func:`verified_payload`) loaded with the XLA
+    ``options`` it was compiled with (:func:`approxcv._jax_workarounds.deserialize`), one
+    at a time, without the line jaxlib 0.9-0.10 logs for every load
+    (:func:`approxcv._jax_workarounds.quiet_loader_warnings`)."""
     payload, in_tree, out_tree = pickle.loads(blob)
-    backend = jax.devices()[0].client
-    with _XLA_LOCK:
-        unloaded, args_info_flat, no_kwargs = _Unpickler(io.BytesIO(payload), backend,
-                                                         options).load()
-        executable = unloaded.load()
-    return jax.stages.Compiled(executable, [], in_tree.unflatten(args_info_flat),
-                               out_tree, no_kwargs=no_kwargs)
+    with _XLA_LOCK, _jax_workarounds.quiet_loader_warnings():
+        return _jax_workarounds.deserialize(payload, in_tree, out_tree, options)
 
 
 def store(key: str, compiled) -> None:
@@ -606,7 +571,7 @@ def store(key: str, compiled) -> None:
 
 
 #: the custom calls a stored program may make: jaxlib's LAPACK kernels, set up before a
-#: load (:func:`_native_kernels`)
+#: load (:func:`approxcv._jax_workarounds.prepare_lapack_kernels`)
 STORABLE_CUSTOM_CALLS = ("lapack_",)
 
 
@@ -614,7 +579,7 @@ def unstorable(compiled) -> str | None:
     """Why ``compiled`` cannot be stored, or ``None``: host callbacks or side effects (they
     refer to objects of this process), or a custom call other than
     :data:`STORABLE_CUSTOM_CALLS` (whose kernel a later process may not have set up)."""
-    unloaded = getattr(compiled._executable, "_unloaded_executable", None)
+    unloaded = _jax_workarounds.unloaded_executable(compiled)
     if unloaded is None:
         return "not serializable"
     if (getattr(unloaded, "host_callbacks", None) or getattr(unloaded, "ordered_effects", None)
@@ -681,13 +646,12 @@ def compile_and_store(jitted, key: str, args, kwargs):
     """``jitted`` lowered and compiled for the call ``(args, kwargs)``, outside JAX's cache,
     and stored under ``key`` if that took :data:`MIN_SECONDS`."""
     start = time.perf_counter()
-    _HITS.count = 0
     with _outside_jax_cache():
         lowered = jitted.lower(*args, **kwargs)     # traced outside the lock: a trace may
-        with _XLA_LOCK:                             # call (load, compile) other programs
-            compiled = lowered.compile()
+        with _XLA_LOCK, _counting_jax_cache_hits() as hits:    # call (load, compile)
+            compiled = lowered.compile()                        # other programs
     stats["compiled"] += 1
-    if _HITS.count:
+    if hits[0]:
         # loaded from JAX's cache: such an executable does not serialize whole (jaxlib
         # 0.9.2 writes a program whose kernels are missing), so it is not stored
         stats["reasons"]["from JAX's cache, not stored"] += 1
@@ -695,6 +659,21 @@ def compile_and_store(jitted, key: str, args, kwargs):
         with _LOCK:
             store(key, compiled)
     return compiled
+
+
+def compile_bypassed(jitted, args, kwargs):
+    """``jitted`` (a program no key can name, compiled without :data:`MARK`) lowered and
+    compiled for the call ``(args, kwargs)`` through JAX's own cache, without the line
+    jaxlib 0.9-0.10 logs when that cache loads it
+    (:func:`approxcv._jax_workarounds.quiet_loader_warnings`); where JAX's cache takes only
+    approxcv's programs (an AVX-512 CPU whose loader logs false errors,
+    :data:`approxcv._compilation_cache.own_threshold`), with approxcv's threshold in this
+    thread. Returns a ``jax.stages.Compiled`` (it takes the dynamic arguments only)."""
+    lowered = jitted.lower(*args, **kwargs)
+    own = _compilation_cache.own_threshold
+    with (_jax_workarounds.jax_cache_threshold(own) if own is not None
+          else contextlib.nullcontext()), _jax_workarounds.quiet_loader_warnings():
+        return lowered.compile()
 
 
 #: what :func:`checked_run` returns for a program that failed to run
@@ -753,26 +732,26 @@ def discard(key: str) -> None:
 def _outside_jax_cache():
     """A context in which a program compiled is not written to JAX's cache: one copy on
     disk, and one JAX's cache could hand back would not serialize whole (JAX's threshold
-    raised in the compiling thread only; private API: no effect where it is missing)."""
+    raised in the compiling thread only, :func:`approxcv._jax_workarounds.
+    jax_cache_threshold`; no effect where that is missing)."""
+    return _jax_workarounds.jax_cache_threshold(float("inf"))
+
+
+@contextlib.contextmanager
+def _counting_jax_cache_hits():
+    """A block that counts the programs JAX's persistent cache hands back in this thread
+    (``hits[0]``): a JAX monitoring listener registered for the block only (public
+    ``jax.monitoring``), so that approxcv leaves no listener in the user's process."""
+    hits, me = [0], threading.get_ident()
+    unregister = getattr(jax.monitoring, "unregister_event_listener", None)
+    if unregister is None:          # a JAX without it (before 0.5): no listener left
+        yield hits                  # behind; _outside_jax_cache keeps marked programs out
+        return
+    def count(event: str, **kwargs) -> None:
+        if event == "/jax/compilation_cache/cache_hits" and threading.get_ident() == me:
+            hits[0] += 1
+    jax.monitoring.register_event_listener(count)
     try:
-        from jax._src import config as jax_config
-        return jax_config.persistent_cache_min_compile_time_secs(float("inf"))
-    except (ImportError, AttributeError, TypeError):
-        return contextlib.nullcontext()
-
-
-class _Hits(threading.local):
-    count = 0
-
-
-#: loads from JAX's persistent cache in this thread (JAX's monitoring event)
-_HITS = _Hits()
-
-
-def _count_jax_cache_hit(event: str, **kwargs) -> None:
-    if event == "/jax/compilation_cache/cache_hits":
-        _HITS.count += 1
-
-
-jax.monitoring.register_event_listener(_count_jax_cache_hit)
-
+        yield hits
+    finally:
+        unregister(count)

@@ -142,3 +142,34 @@ def test_no_import_of_approxcv_inside_a_function():
                         a.name.split(".")[0] == "approxcv" for a in node.names):
                     found.append(f"{name}:{node.lineno}")
     assert found == []
+
+
+#: the one module that may use JAX's and jaxlib's private API (docs/design.md, "Conventions")
+PRIVATE_JAX_MODULE = "approxcv._jax_workarounds"
+
+
+def _private_jax(node) -> bool:
+    """Whether an import node names ``jax._src`` or a module of jaxlib other than its
+    version (jaxlib's modules are JAX's internals)."""
+    names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+             else [node.module or ""] if not node.level else [])
+    return any(n == "jax._src" or n.startswith("jax._src.")
+               or (n.startswith("jaxlib.") and n != "jaxlib.version") for n in names)
+
+
+def test_only_the_workarounds_module_uses_private_jax():
+    """``jax._src`` and jaxlib's modules are imported by :data:`PRIVATE_JAX_MODULE` only,
+    and no other module names ``_src`` of JAX through an attribute."""
+    found = []
+    for name, path in _modules().items():
+        if name == PRIVATE_JAX_MODULE:
+            continue
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and _private_jax(node):
+                found.append(f"{name}:{node.lineno}")
+            elif (isinstance(node, ast.Attribute) and node.attr == "_src"
+                  and isinstance(node.value, ast.Name) and node.value.id in ("jax", "jaxlib")):
+                found.append(f"{name}:{node.lineno}")
+    assert found == []
+    assert (ROOT / "_jax_workarounds.py").exists()

@@ -127,8 +127,8 @@ def test_import_configures_the_cache_unless_turned_off(tmp_path, off):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout.split()
     # off only where asked: on a CPU whose cache loader would log false errors (AVX-512
-    # with a jaxlib before the fix) JAX's backend has not started yet, so the AVX2 cap
-    # (_compilation_cache.cap_isa) keeps it on
+    # with a jaxlib before the fix) too, approxcv's programs carrying the AVX2 cap
+    # (_compilation_cache.isa_cap, a per-program option)
     expected = "None" if off else str(tmp_path / "approxcv" / "jax" / _compilation_cache.cpu_tag())
     assert out == [expected, expected, "True"]
 
@@ -219,3 +219,94 @@ def test_every_public_name_resolves():
     assert set(acv.__all__) <= set(dir(acv))
     with pytest.raises(AttributeError, match="no attribute 'tuning'"):
         acv.tuning            # noqa: B018 - moved to acv.selection.tuning (docs/guide.md)
+
+
+#: the JAX settings approxcv may change (docs/design.md, "Conventions"): 64-bit floats and
+#: its compilation cache's own settings; every other value must be the user's
+APPROXCV_JAX_SETTINGS = {"jax_enable_x64", "jax_compilation_cache_dir",
+                         "jax_persistent_cache_min_compile_time_secs",
+                         "jax_persistent_cache_min_entry_size_bytes",
+                         "jax_compilation_cache_max_size"}
+
+#: a user's process: JAX imported and its settings read before approxcv, then a tiny
+#: cross-validation through approxcv; prints what changed (JSON)
+NOTHING_GLOBAL = """
+import json, os, sys
+import jax, jax.monitoring
+
+def settings():
+    values = getattr(jax.config, "values", None)
+    if values is None:      # a JAX without the public dict: the settings that matter here
+        names = ["jax_enable_x64", "jax_compilation_cache_dir", "jax_logging_level",
+                 "jax_platforms", "jax_default_matmul_precision", "jax_disable_jit",
+                 "jax_persistent_cache_min_compile_time_secs"]
+        values = {n: jax.config.read(n) for n in names}
+    return {k: repr(v) for k, v in values.items()}
+
+def listeners():
+    try:
+        from jax._src import monitoring
+        return [len(monitoring.get_event_listeners()),
+                len(monitoring.get_event_duration_listeners())]
+    except (ImportError, AttributeError):
+        return None
+
+env_names = ("XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL")
+env_before = {n: os.environ.get(n) for n in env_names}
+config_before, listeners_before = settings(), listeners()
+import numpy as np
+import approxcv as acv
+from approxcv import _program_cache
+x = np.random.default_rng(0).poisson(np.repeat([2.0, 9.0], 30)).astype(float)
+res = acv.cross_validate(acv.models.PoissonHMM(2), x, acv.folds.iid(len(x), 0.1, 3, seed=0),
+                         method="ij", progress=False, tol=1.0)   # no warning: stderr empty
+config_after = settings()
+print(json.dumps({
+    "env": [env_before, {n: os.environ.get(n) for n in env_names}],
+    "changed": sorted(k for k in set(config_before) | set(config_after)
+                      if config_before.get(k) != config_after.get(k)),
+    "listeners": [listeners_before, listeners()],
+    "stored": _program_cache.stats["stored"], "loaded": _program_cache.stats["loaded"],
+    "loss": float(np.sum(res.fold_loss))}))
+"""
+
+
+def test_nothing_global_changes_but_x64_and_the_cache_cold_or_warm(tmp_path):
+    """approxcv in a user's process, cold cache then warm (issue 58): ``XLA_FLAGS`` and
+    ``TF_CPP_MIN_LOG_LEVEL`` as the user set them, every JAX setting but 64-bit floats and
+    the cache's own as before the import, no monitoring listener left behind, stderr empty
+    at JAX's default log level (where jaxlib 0.9-0.10 logs a WARNING for each program
+    loaded), and the program store stores, then loads, with the same numbers."""
+    import json
+    import os
+    from tests.conftest import cache_child_env
+    flags = " ".join(filter(None, [os.environ.get("XLA_FLAGS"),
+                                   "--xla_cpu_enable_fast_math=false"]))
+    env = cache_child_env(tmp_path, {"XLA_FLAGS": flags, "TF_CPP_MIN_LOG_LEVEL": "1"})
+    runs = []
+    for _ in ("cold", "warm"):
+        proc = subprocess.run([sys.executable, "-c", NOTHING_GLOBAL], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stderr == "", proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout))
+    for run in runs:
+        before, after = run["env"]
+        assert before == after == {"XLA_FLAGS": flags, "TF_CPP_MIN_LOG_LEVEL": "1"}, run
+        assert set(run["changed"]) <= APPROXCV_JAX_SETTINGS, run["changed"]
+        assert "jax_enable_x64" in run["changed"]
+        assert run["listeners"][0] == run["listeners"][1], run["listeners"]
+    cold, warm = runs
+    assert cold["stored"] > 0 and cold["loaded"] == 0, cold
+    assert warm["loaded"] > 0 and warm["stored"] == 0, warm
+    assert warm["loss"] == cold["loss"]
+    # the store off, JAX's cache on: its loads of approxcv's programs are silent too
+    off = dict(env, **{_program_cache.DISABLE_ENV: "1",
+                       _compilation_cache.DIR_ENV: str(tmp_path / "jax-only")})
+    for _ in ("cold", "warm"):
+        proc = subprocess.run([sys.executable, "-c", NOTHING_GLOBAL], env=off,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+        run = json.loads(proc.stdout)
+        assert run["env"][0] == run["env"][1] and run["loss"] == cold["loss"], run
+    assert list((tmp_path / "jax-only").glob("*/jit_*-cache"))       # JAX's cache was used

@@ -1,0 +1,242 @@
+"""Every use of JAX's and jaxlib's private API in approxcv, in one place.
+
+No other module of approxcv imports ``jax._src``, reaches into a private attribute of a JAX
+object or calls jaxlib's internals (``tests/test_layout.py`` checks the imports). Each
+workaround below names the JAX version that needs it and when it can go; all were written
+for and checked on jax/jaxlib 0.9.2 (``pyproject.toml`` excludes 0.10.* and 0.11.0,
+``approxcv/_jax_version.py``). On a JAX whose internals moved, each one fails in the way
+its caller already handles: the program store (:mod:`approxcv._program_cache`) then
+bypasses (a key cannot be made), or a load or store fails and is counted, and the program
+is compiled as by ``jax.jit``.
+
+Nothing here changes a global setting: the one context manager that touches JAX's
+configuration (:func:`jax_cache_threshold`) sets a thread-local value for its block only,
+and :func:`quiet_loader_warnings` redirects the process's stderr only around approxcv's own
+load of a stored program, and writes back every line it does not drop.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pickle
+import re
+import sys
+import tempfile
+import threading
+
+import jax
+import numpy as np
+from jax.experimental import serialize_executable
+
+__all__ = ["trace_context", "jax_cache_threshold", "serialize", "deserialize",
+           "unloaded_executable", "prepare_lapack_kernels", "quiet_loader_warnings",
+           "LOADER_WARNING"]
+
+
+# ----------------------------------------------------------------- JAX's trace context
+
+def trace_context() -> str:
+    """``repr`` of JAX's trace context (x64, matmul precision, default device, ...: the
+    thread-local settings that decide what a trace gives), part of a program's key in the
+    store. Private: ``jax._src.config.trace_context`` (JAX 0.4.x - 0.9.2 at least; JAX has
+    no public equivalent as of 0.9.2). Can go when JAX exposes it; until then, a JAX without
+    it makes every program a bypass (:class:`AttributeError` / :class:`ImportError`, which
+    the caller turns into an unkeyable program)."""
+    from jax._src import config as jax_config
+    return repr(jax_config.trace_context())
+
+
+# ----------------------------------------------------- JAX's persistent cache, per thread
+
+def jax_cache_threshold(seconds: float):
+    """A block in which JAX's persistent cache stores only programs that took at least
+    ``seconds`` to compile, in this thread only (``float("inf")``: none). The public
+    ``jax.config.update("jax_persistent_cache_min_compile_time_secs", ...)`` is global: it
+    would change the threshold for the user's programs too. Private: the thread-local
+    ``State`` object ``jax._src.config.persistent_cache_min_compile_time_secs`` (a context
+    manager since JAX 0.4.2x; still so in 0.9.2). Can go when JAX has a public per-call way
+    to keep a program out of its cache. Where it is missing: no effect (a null context)."""
+    try:
+        from jax._src import config as jax_config
+        return jax_config.persistent_cache_min_compile_time_secs(float(seconds))
+    except (ImportError, AttributeError, TypeError):
+        return contextlib.nullcontext()
+
+
+# --------------------------------------------------------- serializing a compiled program
+
+def unloaded_executable(compiled):
+    """The executable of a ``jax.stages.Compiled`` before it was loaded (what is
+    serialized), or ``None``. Private attribute, as
+    ``jax.experimental.serialize_executable.serialize`` itself reads it (JAX 0.4.x -
+    0.9.2); goes with :func:`serialize`."""
+    return getattr(getattr(compiled, "_executable", None), "_unloaded_executable", None)
+
+
+class _Pickler(serialize_executable._JaxPjrtPickler):
+    """``jax.experimental.serialize_executable``'s (private) pickler, writing the executable
+    as JAX's own cache does (``LoadedExecutable.serialize``): the client's serializer that
+    ``serialize_executable.serialize`` uses refuses some CPU programs in jaxlib 0.9.2
+    (``LessThan is not serializable``: a sort's comparator). Can go when
+    ``serialize_executable.serialize`` writes every program JAX's cache can."""
+
+    def persistent_id(self, obj):
+        from jax._src.lib import xla_client
+        if isinstance(obj, xla_client.LoadedExecutable) and hasattr(obj, "serialize"):
+            return ("exec", obj.serialize())
+        return super().persistent_id(obj)
+
+
+class _Unpickler(serialize_executable._JaxPjrtUnpickler):
+    """``jax.experimental.serialize_executable``'s (private) unpickler, loading the
+    executable with the XLA options it was compiled with: without them jaxlib 0.9.2's CPU
+    runtime looks its kernels up under other names (``Function ..._fusion not found``, or
+    a crash) when the options change code generation (approxcv's classic emitters,
+    ``approxcv._compile.compiler_options``). ``serialize_executable.deserialize_and_load``
+    takes no compile options (JAX 0.9.2); can go when it does."""
+
+    def __init__(self, file, backend, options):
+        super().__init__(file, backend)
+        self.options = options
+
+    def persistent_load(self, pid):
+        if pid[0] == "exec":
+            from jax._src import compiler
+            compile_options = compiler.get_compile_options(
+                num_replicas=1, num_partitions=1,
+                env_options_overrides=self.options, backend=self.backend)
+            return self.backend.deserialize_executable(
+                pid[1], executable_devices=self.execution_devices,
+                compile_options=compile_options)
+        return super().persistent_load(pid)
+
+
+class ConstantArguments(Exception):
+    """A program with constant arguments, which cannot be serialized (as
+    ``serialize_executable.serialize`` refuses them)."""
+
+
+def serialize(compiled) -> tuple:
+    """``(payload, in_tree, out_tree)`` of a ``jax.stages.Compiled``:
+    ``serialize_executable.serialize`` with :class:`_Pickler` (private attributes read as
+    that function reads them, JAX 0.9.2). :class:`ConstantArguments` for a program with
+    constant arguments."""
+    args_info_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
+    if compiled._params.const_args:
+        raise ConstantArguments("a program with constant arguments")
+    with io.BytesIO() as file:
+        _Pickler(file).dump((unloaded_executable(compiled), args_info_flat,
+                             compiled._no_kwargs))
+        return file.getvalue(), in_tree, compiled.out_tree
+
+
+def deserialize(payload: bytes, in_tree, out_tree, options: dict | None):
+    """The ``jax.stages.Compiled`` of a :func:`serialize` payload, loaded on the first
+    device with the XLA ``options`` it was compiled with:
+    ``serialize_executable.deserialize_and_load`` with :class:`_Unpickler`, after
+    :func:`prepare_lapack_kernels`. The caller holds its lock and quiets the loader
+    (:func:`quiet_loader_warnings`)."""
+    prepare_lapack_kernels()
+    backend = jax.devices()[0].client
+    unloaded, args_info_flat, no_kwargs = _Unpickler(io.BytesIO(payload), backend,
+                                                     options).load()
+    executable = unloaded.load()
+    return jax.stages.Compiled(executable, [], in_tree.unflatten(args_info_flat),
+                               out_tree, no_kwargs=no_kwargs)
+
+
+_LAPACK_READY = []
+
+
+def prepare_lapack_kernels() -> None:
+    """Set up jaxlib's LAPACK kernels, which JAX otherwise does when it first lowers a
+    linear-algebra operation: in jaxlib 0.9.2 a loaded program that calls one before that
+    crashes the process (the kernel's pointer is still null). Private: ``jaxlib.lapack``.
+    Can go when loading an executable sets up the kernels it calls."""
+    if _LAPACK_READY:
+        return
+    import jaxlib.lapack
+    jaxlib.lapack.prepare_lapack_call("trsm_ffi", np.dtype(np.float64))
+    _LAPACK_READY.append(True)
+
+
+# ------------------------------------------------------------ the loader's WARNING lines
+
+#: the line jaxlib 0.9-0.10 logs from C++ on *every* load of a serialized CPU executable
+#: (jax-ml/jax#38445: PjRt-IFRT answers "unimplemented" to the version check and the loader
+#: goes on); dropped around approxcv's own loads (:func:`quiet_loader_warnings`)
+LOADER_WARNING = re.compile(r"^W\d{4} .*pjrt_executable\.cc:\d+\] Assume version "
+                            r"compatibility\. PjRt-IFRT does not track XLA executable")
+
+_QUIET = {"depth": 0, "saved": None, "file": None}
+_QUIET_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def quiet_loader_warnings():
+    """A block (approxcv's load of a stored program) in which the C++ lines XLA writes to
+    the process's stderr (file descriptor 2) are caught; at its end every caught line but
+    :data:`LOADER_WARNING` is written back to stderr. Needed for jaxlib 0.9-0.10 (the
+    WARNING on every load, jax-ml/jax#38445); the user's ``TF_CPP_MIN_LOG_LEVEL`` is left as
+    it is, so their own programs' warnings stay visible. Can go when the oldest jaxlib
+    approxcv supports no longer logs it (0.9.2 does; later releases not checked here).
+    Blocks in several threads share one redirection (the first opens it, the last closes
+    it), so stderr is always restored. Anything that fails leaves stderr as it was."""
+    opened = _open_quiet()
+    try:
+        yield
+    finally:
+        if opened:
+            _close_quiet()
+
+
+def _open_quiet() -> bool:
+    """Redirect file descriptor 2 to a temporary file (the first block) or count one more
+    block; ``False`` (nothing redirected) where that fails."""
+    with _QUIET_LOCK:
+        if _QUIET["depth"] == 0:
+            try:
+                sys.stderr.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+            try:
+                caught = tempfile.TemporaryFile()
+            except OSError:
+                return False
+            try:
+                saved = os.dup(2)
+            except OSError:
+                caught.close()
+                return False
+            try:
+                os.dup2(caught.fileno(), 2)
+            except OSError:
+                os.close(saved)
+                caught.close()
+                return False
+            _QUIET.update(saved=saved, file=caught)
+        _QUIET["depth"] += 1
+        return True
+
+
+def _close_quiet() -> None:
+    """End one block; the last restores file descriptor 2 and writes back what it caught
+    but :data:`LOADER_WARNING`."""
+    with _QUIET_LOCK:
+        _QUIET["depth"] -= 1
+        if _QUIET["depth"] > 0:
+            return
+        saved, caught = _QUIET["saved"], _QUIET["file"]
+        _QUIET.update(saved=None, file=None)
+        os.dup2(saved, 2)
+        os.close(saved)
+        caught.seek(0)
+        kept = [line for line in caught.read().splitlines(keepends=True)
+                if not LOADER_WARNING.search(line.decode(errors="replace").strip())]
+        caught.close()
+    if kept:
+        try:
+            os.write(2, b"".join(kept))
+        except OSError:
+            pass
