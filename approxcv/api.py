@@ -20,7 +20,7 @@ from .engine.fold_buckets import bucketed, trim_per_fold
 from .engine.options import Options
 from .engine.registry import get_method
 from .engine.methods.exact import default_restarts
-from .errors import ArgumentTypeError, InvalidArgumentError, UnsupportedFoldsError
+from .errors import ArgumentTypeError, InvalidArgumentError
 from .folds import as_folds
 from .models.base import check_model
 from .problem import flat_params, make_problem
@@ -173,11 +173,6 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                         if opts.restarts is None else int(opts.restarts))
         problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
                                restarts=restarts, checked=True)
-        if folds.partial and problem.estimators is not None:
-            raise UnsupportedFoldsError(
-                f"{model!r} computes its own methods and does not support folds that remove "
-                "units they do not score (`scored=`, leave_future_out(horizon=), hblock, "
-                "neighbourhood(buffer=)) yet; use folds that score every unit they remove")
         if (opts.audit or opts.in_sample) and problem.estimators is not None:
             raise InvalidArgumentError(
                 f"`{'audit' if opts.audit else 'in_sample'}` evaluates the engine's refits or "
@@ -259,4 +254,5 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                         params_flat=params_flat, seconds=seconds,
                         stage_seconds=stages,
                         diagnostics=diagnostics, fit_seconds=fit_seconds,
-                        fingerprint=result_fingerprint(data, folds, level))
+                        fingerprint=result_fingerprint(model.comparable_data(data), folds,
+                                                        level))

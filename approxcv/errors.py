@@ -79,6 +79,12 @@ class GraphTooWideError(InvalidArgumentError):
     the induced width, the number of states and the bytes of the largest factor."""
 
 
+class ProblemTooLargeError(InvalidDataError, MemoryError):
+    """A dense computation would need more memory than is available: the message names
+    the bytes needed, the bytes available and the largest size that fits (checked before
+    anything is allocated, e.g. a GP on too many points)."""
+
+
 class NotPositiveDefiniteError(ApproxCVError, ValueError):
     """A Hessian could not be made positive definite by the allowed jitter."""
 

@@ -289,6 +289,12 @@ class Model:
         return jax.tree_util.tree_map(np.asarray, params)
 
     # -------------------------------------------------------- capabilities
+    def comparable_data(self, data):
+        """The user's ``data`` as results are matched on (``CVResult.fingerprint``,
+        :func:`approxcv.compare`): two codings the model reads alike must give equal
+        values (the default: ``data`` itself; a GP maps labels -1/+1 to 0/1)."""
+        return data
+
     def objective_scale(self, data) -> float | None:
         """Normaliser of ``F`` for optimiser tolerances (``None``: the number of units)."""
         return None

@@ -13,7 +13,6 @@ import pytest
 from scipy import special, stats
 
 import approxcv as acv
-from approxcv.errors import UnsupportedFoldsError
 from approxcv.optim import batched_newton_minimize
 from tests.conftest import simulate_poisson_hmm
 
@@ -281,12 +280,3 @@ def test_hidden_potts_buffered_neighbourhood_exact_equals_enumeration():
     check_approximations(model, x, folds, ex, params=params)
 
 
-# ------------------------------------------------------------------------ refusals
-
-
-def test_models_with_their_own_methods_refuse_partial_folds():
-    """A GP computes its own methods, which do not take such folds yet: refused by name."""
-    from tests.test_protocol import _case
-    model, data, _ = _case("GP-gaussian")
-    with pytest.raises(UnsupportedFoldsError, match="does not support folds that remove"):
-        acv.cross_validate(model, data, acv.folds.hblock(24, 3, 1), "exact", progress=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import UnsupportedMethodError
+from ...errors import InvalidArgumentError, UnsupportedMethodError
 from ..registry import register_method
 
 __all__ = ["model_estimator", "run_model_estimator", "MODEL_METHODS"]
@@ -59,6 +59,12 @@ def _registered(name: str):
                 f"method={name!r} is an estimator a model supplies itself (the Bayesian "
                 f"leave-one-out estimators of acv.models.GP); {problem.key[0]!r} has none: "
                 "use 'ij', 'ns', 'exact' or 'auto'")
+        if options.executor is not None:
+            raise InvalidArgumentError(
+                f"`executor` distributes refits and derivative sweeps; method={name!r} is "
+                "the model's own estimator from its one fit and runs none (use "
+                "method='exact' or 'auto' to refit folds on the executor, or drop "
+                "`executor`)")
         return run_model_estimator(problem, folds, options, name)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"The model's own estimator {name!r} (module docstring)."

@@ -58,6 +58,8 @@ class _Likelihood:
     param_names = ()
     log_concave = True
     tilted = None
+    #: targets are labels -1/+1 (0/1 accepted)
+    binary = False
 
     def check(self, y):
         return _as_vector(y)
@@ -68,6 +70,7 @@ class _Likelihood:
 
 class _BinaryLabels(_Likelihood):
     """A binary likelihood: targets are labels -1 and +1 (or 0 and 1)."""
+    binary = True
 
     def check(self, y):
         return _as_labels(y)

@@ -63,7 +63,6 @@ from ...inference.latent_gaussian.importance import K_HAT_THRESHOLD, combine_poi
 from ...inference.latent_gaussian.posterior import posteriors_at
 from .refits import RefitBatch, refit_lpd
 from ...errors import UnsupportedMethodError
-from ...folds import Folds
 
 __all__ = ["gp_estimators", "supported", "METHODS", "LOO_ONLY"]
 
@@ -109,10 +108,12 @@ def _combine(lpd_s, weights, smooth=False):
     return lpd.reshape(F, m), k.reshape(F, m), ess.reshape(F, m)
 
 
-def _result(lpd, index, n, causes, extra):
-    """``(fold_loss (F,), points (F, m), diagnostics)`` from ``lpd (F, m)``; padded slots
-    (``index >= n``) get 0."""
-    points = np.where(np.asarray(index) < n, -np.asarray(lpd, float), 0.0)
+def _result(lpd, folds, causes, extra):
+    """``(fold_loss (F,), points (F, m), diagnostics)`` from ``lpd (F, m)`` over the
+    positions of ``folds.padded()``: the points a fold scores keep ``-lpd``, padded slots
+    and removed units it does not score (``folds.scored``) get 0, and the fold loss is the
+    sum over its scored points (the ``loo`` package's K-fold elpd)."""
+    points = np.where(folds.scored_mask(), -np.asarray(lpd, float), 0.0)
     return points.sum(1), points, {"unreliable": causes, **extra}
 
 
@@ -167,7 +168,9 @@ def cavity_method(fit, name, folds, options):
         inference=inference))
     lpd, _, ess = _combine(lpd_s, fit.weights)
     shift = shift_s.max(0)
-    est, est_nats = step_error_estimate(lpd_s, step_s)
+    scored = folds.scored_mask()[None]
+    est, est_nats = step_error_estimate(np.where(scored, lpd_s, 0.0),
+                                        np.where(scored, step_s, 0.0))
     causes = {"error_estimate_above_tol": ~(est <= options.tol),
               "site_shift": ~(shift <= SHIFT_TOL),
               "improper_block_cavity": bad_s.any(0),
@@ -176,7 +179,7 @@ def cavity_method(fit, name, folds, options):
              "error_estimate": est, "error_estimate_nats": est_nats, "tol": options.tol}
     if len(fit.theta) > 1:
         extra["ess"] = ess
-    return _result(lpd, index, fit.n, causes, extra)
+    return _result(lpd, folds, causes, extra)
 
 
 def loo_method(fit, name, folds, options):
@@ -209,7 +212,7 @@ def loo_method(fit, name, folds, options):
         extra["pareto_k"] = k[:, 0]
     if len(fit.theta) > 1:
         extra["ess"] = ess[:, 0]
-    return _result(lpd, np.asarray(folds.padded()), fit.n, causes, extra)
+    return _result(lpd, folds, causes, extra)
 
 
 def exact_method(fit, name, folds, options):
@@ -219,7 +222,10 @@ def exact_method(fit, name, folds, options):
         out = cavity_method(fit, "la", folds, options)
         diag = out[2]
         causes = diag["unreliable"]
-        causes.pop("site_shift")             # exact: the sites are exact, none moves
+        for key in ("site_shift", "error_estimate_above_tol"):   # exact: the sites are
+            causes.pop(key)                                     # exact, none moves
+        for key in ("error_estimate", "error_estimate_nats", "tol"):
+            diag.pop(key)
         diag.update(estimator="exact", exact_closed_form=True)
         return out
     index = np.asarray(folds.padded())
@@ -234,7 +240,7 @@ def exact_method(fit, name, folds, options):
     extra = {"estimator": "exact", "inference": fit.inference,
              "exact_converged": conv.all(0), "exact_iterations": its.sum(0),
              "exact_start": start.min(0)}
-    return _result(lpd, index, fit.n, causes, extra)
+    return _result(lpd, folds, causes, extra)
 
 
 def auto_method(fit, name, folds, options):
@@ -259,8 +265,7 @@ def auto_method(fit, name, folds, options):
     causes = {"over_budget": np.isin(np.arange(len(folds)), over)}
     extra = {}
     if len(refit):
-        sub = Folds([folds[int(r)] for r in refit], folds.n)
-        ex_loss, ex_pts, ex_diag = exact_method(fit, "exact", sub, options)
+        ex_loss, ex_pts, ex_diag = exact_method(fit, "exact", folds.subset(refit), options)
         fold_loss[refit] = ex_loss
         points[refit] = 0.0
         points[refit, :ex_pts.shape[1]] = ex_pts

@@ -48,6 +48,7 @@ from ...errors import (ArgumentTypeError, ConvergenceWarning, FitError, InvalidA
 from .. import constraints as C
 from ..base import Model, left_out
 from .estimators import gp_estimators
+from .memory import check_gp_memory
 
 __all__ = ["GP", "GPParams", "MAP_GTOL"]
 
@@ -90,6 +91,10 @@ class GP(Model):
     """
 
     refit_restarts = 0
+    #: bytes a fit or cross-validation may use (``None``: the memory available on JAX's
+    #: default device); larger problems are refused by name before anything is allocated
+    #: (:mod:`approxcv.models.gp.memory`); set on an instance to override
+    max_bytes: float | None = None
     #: the fitted run of :meth:`fit` (every start's objective; ``None`` before a fit)
     fit_result_: dict | None = None
 
@@ -144,14 +149,19 @@ class GP(Model):
 
     # ------------------------------------------------------------ protocol
     def prepare(self, data, level: str | None = None):
-        """``((X (n, d), y), "within", n)``; ``X`` 1-D is one input."""
+        """``((X (n, d), y), "within", n)``; ``X`` 1-D is one input.
+
+        Raises:
+            InvalidDataError: not a pair ``(X, y)`` of numbers of one length.
+            ProblemTooLargeError: more points than fit in memory
+                (:mod:`approxcv.models.gp.memory`; every fit and method passes here)."""
         if level not in (None, "within"):
             raise InvalidArgumentError(f"a GP's units are points: `level` must be 'within' "
                                        f"(or None), got {level!r}")
         if not isinstance(data, (tuple, list)) or len(data) != 2:
             raise InvalidDataError("GP data must be a pair `(X, y)`, got "
                                    f"{type(data).__name__}")
-        X = check_finite("X", np.asarray(data[0], dtype=float))
+        X = check_finite("X", _numeric_inputs(data[0]))
         if X.ndim == 1:
             X = X[:, None]
         if X.ndim != 2:
@@ -162,7 +172,19 @@ class GP(Model):
                                    f"and {len(y)}")
         if len(y) < 2:
             raise InvalidDataError("`y` must hold at least two points")
+        check_gp_memory(len(y), self.max_bytes)    # before anything n x n is allocated
         return (jnp.asarray(X), jnp.asarray(y)), "within", len(y)
+
+    def comparable_data(self, data):
+        """``data`` with binary labels -1/+1 written 0/1 (the coding of
+        :class:`~approxcv.models.Logistic`): a binary likelihood reads both alike, so
+        results on either compare (:meth:`Model.comparable_data`)."""
+        if not self.lik.binary:
+            return data
+        y = np.asarray(data[1])
+        if y.dtype.kind not in "iuf" or not np.all(np.isin(y, (-1, 1))):
+            return data
+        return type(data)((data[0], np.where(y == -1, 0, y).astype(y.dtype)))
 
     def n_points(self, d: int) -> int:
         """``S``: hyperparameter points of ``hyper`` for ``d`` inputs."""
@@ -321,6 +343,19 @@ def _heldout(theta, log_weights, X, y, w, *, lik, inference, damping):
     out = left_out(w)
     points = jnp.where(out, -jnp.where(out, lpd, 0.0), 0.0)
     return jnp.sum(points), points
+
+
+def _numeric_inputs(X) -> np.ndarray:
+    """``X`` as a float array, or :class:`InvalidDataError` naming what to fix."""
+    try:
+        return np.asarray(X, dtype=float)
+    except (TypeError, ValueError):
+        kind = getattr(np.asarray(X, dtype=object), "dtype", None)
+        raise InvalidDataError(
+            "`X` must be numbers, an (n, d) array of inputs (a GP's kernel takes distances "
+            f"between rows); got {type(X).__name__} holding values that are not numbers "
+            f"({kind}): encode text or categorical columns as numbers first, e.g. one "
+            "indicator column per category") from None
 
 
 def _is_real(value) -> bool:

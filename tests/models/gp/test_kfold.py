@@ -69,6 +69,36 @@ def test_gaussian_block_cavities_equal_refits(data):
         assert len(res.diagnostics["unreliable_folds"]) == 0
 
 
+def test_folds_that_remove_more_than_they_score(data):
+    """h-block folds on a GP (sorted inputs: a buffer of 2 points each side removed, not
+    scored): the Gaussian closed form equals deletion of the whole removed set, scored at
+    the block; a probit GP's ``la``/``auto`` within 1 % of its refits or flagged."""
+    X, y01, y, _, _ = data
+    order = np.argsort(X[:, 0])
+    X, y, y01 = X[order], y[order], y01[order]
+    theta = np.r_[np.log([0.3, 0.1, 1.0, 0.7]), np.log(0.3)]
+    folds = acv.folds.hblock(N, 4, 2)
+    res = acv.cross_validate(acv.models.GP("gaussian"), (X, y), folds, "exact",
+                             params=at(theta), progress=False)
+    for f in range(len(folds)):
+        removed, scored = np.sort(folds[f]), folds.scored[f]
+        direct = _block_deletion(X, y, theta, removed)[np.isin(removed, scored)]
+        np.testing.assert_allclose(-res.point_loss[f], direct, rtol=0, atol=1e-9)
+        assert len(scored) < len(removed)
+    np.testing.assert_allclose(res.fold_loss, [p.sum() for p in res.point_loss])
+    model = acv.models.GP("probit")
+    exact = acv.cross_validate(model, (X, y01), folds, "exact", params=at(THETA_PROBIT),
+                               progress=False)
+    for method in ("la", "auto"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnreliableFoldWarning)
+            fast = acv.cross_validate(model, (X, y01), folds, method,
+                                      params=at(THETA_PROBIT), progress=False)
+        rel = np.abs(fast.fold_loss - exact.fold_loss) / np.abs(exact.fold_loss)
+        assert np.all((rel <= 0.01) | fast.unreliable)
+        assert [len(p) for p in fast.point_loss] == list(folds.scored_sizes)
+
+
 # Stated tolerances of K-fold block cavities against refits of the same inference on this
 # problem (6 folds of 6 points): every fold loss within 10x the measured largest difference
 # (LA 0.026, EP 0.032 nats), every point within 10x (LA 0.010, EP 0.015).
