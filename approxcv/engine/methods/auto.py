@@ -35,7 +35,8 @@ step 2; the first fold of the walk that none vouches for (or the ``k``-th, ``2k`
 of the walk with ``refit_every=k``) is refitted exactly and becomes the expansion point of
 the folds after it (the approximate LFO of Bürkner, Gabry & Vehtari 2020, with the IJ in
 place of importance sampling and the error estimate in place of Pareto k). No NS stage:
-a refit there serves every later fold.
+a refit there serves every later fold. Step 5 follows the walk (folds lower at one of its
+refits than at their own expansion are refitted from it, within ``max_exact``).
 
 ``diagnostics["fold_method"]`` records which method produced each fold (``"ij"``,
 ``"chord"``, ``"ns"``, ``"exact"``); ``diagnostics["error_estimate"]`` is that method's
@@ -402,7 +403,8 @@ def auto_future(problem, folds, options, origins, walk: str | None = None):
     orders; ``walk="forward"``).
 
     ``diagnostics``: as :func:`auto`'s, plus ``refit_origins`` (fold ids of the folds the
-    walk refitted, in walk order), ``lfo_reference`` (per fold: the fold id of the
+    walk refitted, in walk order; ``other_optimum_folds`` those refitted after it, step
+    5), ``lfo_reference`` (per fold: the fold id of the
     expansion point it was expanded from, ``-1`` the full-data fit, its own id where it was
     refitted), ``lfo_origins`` and ``lfo_walk``.
     """
@@ -437,6 +439,31 @@ def auto_future(problem, folds, options, origins, walk: str | None = None):
     refitted, over, better = [], [], []
     target = refit_problem(problem)
     index = folds.padded()
+
+    def refit(target, rows):
+        """Exact refits of ``rows`` replace their numbers; returns their reliability."""
+        sub = folds.subset(rows)
+        sub_params, diag_ex = get_method("exact")[0](target, sub, quiet)
+        sub_params = np.asarray(sub_params)
+        sub_loss, sub_points = heldout_losses(target, sub_params, sub.padded(),
+                                              options.batch_size,
+                                              unscored=sub.unscored_padded())
+        sub_causes = unreliable_causes(diag_ex.pop("unreliable", None), rows.size)
+        bad = _any(sub_causes, rows.size)
+        params[rows], fold_loss[rows] = sub_params, np.asarray(sub_loss)
+        points[rows] = _pad(np.asarray(sub_points), width)
+        est[rows], method[rows] = np.where(bad, np.nan, 0.0), "exact"
+        for key in causes:
+            causes[key][rows] = False
+        for key, mask in sub_causes.items():
+            causes.setdefault(key, np.zeros(n_folds, bool))[rows] = mask
+        if "better_optimum_folds" in diag_ex:
+            better.append((np.asarray(diag_ex["better_optimum_folds"]),
+                           float(diag_ex["better_optimum_gap"])))
+        refitted.extend(int(r) for r in rows)
+        reference[rows] = folds.ids[rows]
+        return ~bad
+
     pos = 0                                   # the walk's position of ``pending[0]``
     pending = order
     seconds["expand"] = seconds["chord"] = seconds["exact"] = 0.0
@@ -472,26 +499,7 @@ def auto_future(problem, folds, options, origins, walk: str | None = None):
             over = pending[~vouched]
             break
         t = time.perf_counter()
-        sub = folds.subset([row])
-        sub_params, diag_ex = get_method("exact")[0](target, sub, quiet)
-        sub_params = np.asarray(sub_params)
-        sub_loss, sub_points = heldout_losses(target, sub_params, sub.padded(),
-                                              options.batch_size,
-                                              unscored=sub.unscored_padded())
-        sub_causes = unreliable_causes(diag_ex.pop("unreliable", None), 1)
-        bad = bool(_any(sub_causes, 1)[0])
-        params[row], fold_loss[row] = sub_params[0], np.asarray(sub_loss)[0]
-        points[row] = _pad(np.asarray(sub_points), width)[0]
-        est[row], method[row] = (np.nan if bad else 0.0), "exact"
-        for key in causes:
-            causes[key][row] = False
-        for key, mask in sub_causes.items():
-            causes.setdefault(key, np.zeros(n_folds, bool))[row] = mask[0]
-        if "better_optimum_folds" in diag_ex:
-            better.append((np.asarray(diag_ex["better_optimum_folds"]),
-                           float(diag_ex["better_optimum_gap"])))
-        refitted.append(int(row))
-        if not bad:                            # a reliable refit: the next expansion point
+        if refit(target, np.array([row]))[0]:  # a reliable refit: the next expansion point
             new = reference_at(problem, params[row], index[row], int(folds.ids[row]))
             if new.chol is not None:
                 ref = new
@@ -499,6 +507,23 @@ def auto_future(problem, folds, options, origins, walk: str | None = None):
         seconds["exact"] += time.perf_counter() - t
         pos += j + 1
         pending = pending[j + 1:]
+    walked = np.asarray(refitted, dtype=np.int64)
+    # as in :func:`auto`, step 5: folds whose objective is lower at one of the walk's
+    # refits than at their own expansion (another basin), refitted from it within budget
+    other = np.zeros(0, np.int64)
+    if walked.size:
+        t = time.perf_counter()
+        lower, lower_start = lower_optimum_elsewhere(target, folds, params, method, causes,
+                                                     options.batch_size)
+        other = np.flatnonzero(lower)
+        second = other[:int(min(other.size, max(budget - walked.size, 0)))]
+        if second.size:
+            extra = np.unique(lower_start[second], axis=0)
+            if target.starts is not None:
+                extra = np.concatenate([np.asarray(target.starts), extra])
+            refit(target._replace(starts=extra), second)
+        over = np.union1d(np.asarray(over, np.int64), other[second.size:])
+        seconds["exact_other_optimum"] = time.perf_counter() - t
     refitted = np.asarray(refitted, dtype=np.int64)
     over = np.asarray(over, dtype=np.int64)
     counts["exact"] = int(refitted.size)
@@ -513,8 +538,8 @@ def auto_future(problem, folds, options, origins, walk: str | None = None):
     diagnostics.update(fold_method=method.astype(str), error_estimate=est,
                        ij_error_estimate=first_est, auto_counts=counts,
                        over_budget_folds=folds.ids[np.sort(over)],
-                       other_optimum_folds=folds.ids[:0],
-                       refit_origins=folds.ids[refitted],
+                       other_optimum_folds=folds.ids[other],
+                       refit_origins=folds.ids[walked],
                        lfo_reference=reference, lfo_origins=np.asarray(origins),
                        lfo_walk=walk, unreliable=causes, heldout=(fold_loss, points),
                        stage_seconds=seconds)
