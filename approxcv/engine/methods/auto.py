@@ -36,7 +36,8 @@ of the walk with ``refit_every=k``) is refitted exactly and becomes the expansio
 the folds after it (the approximate LFO of Bürkner, Gabry & Vehtari 2020, with the IJ in
 place of importance sampling and the error estimate in place of Pareto k). No NS stage:
 a refit there serves every later fold. Step 5 follows the walk (folds lower at one of its
-refits than at their own expansion are refitted from it, within ``max_exact``).
+refits than at their own expansion are refitted from it, within ``max_exact``; up to
+:data:`OTHER_OPTIMUM_ROUNDS` rounds, each round's refits candidates of the next).
 
 ``diagnostics["fold_method"]`` records which method produced each fold (``"ij"``,
 ``"chord"``, ``"ns"``, ``"exact"``); ``diagnostics["error_estimate"]`` is that method's
@@ -371,6 +372,11 @@ def auto(problem, folds, options):
 #: added). See :func:`auto_future` for the choice and ``benchmarks/lfo.py`` for both measured
 LFO_WALK = "backward"
 
+#: rounds of step 5 after the walk: the refits one round makes (in another basin) are
+#: candidates of the next, so a basin the walk's refits reached spreads to the folds whose
+#: objective is lower there
+OTHER_OPTIMUM_ROUNDS = 3
+
 
 def _walk_refits(n: int, every: int | None) -> np.ndarray:
     """``(n,) bool`` over the positions of the walk: those ``refit_every=k`` refits
@@ -511,19 +517,22 @@ def auto_future(problem, folds, options, origins, walk: str | None = None):
     # as in :func:`auto`, step 5: folds whose objective is lower at one of the walk's
     # refits than at their own expansion (another basin), refitted from it within budget
     other = np.zeros(0, np.int64)
-    if walked.size:
-        t = time.perf_counter()
+    t = time.perf_counter()
+    for _ in range(OTHER_OPTIMUM_ROUNDS if walked.size else 0):
         lower, lower_start = lower_optimum_elsewhere(target, folds, params, method, causes,
                                                      options.batch_size)
-        other = np.flatnonzero(lower)
-        second = other[:int(min(other.size, max(budget - walked.size, 0)))]
-        if second.size:
-            extra = np.unique(lower_start[second], axis=0)
-            if target.starts is not None:
-                extra = np.concatenate([np.asarray(target.starts), extra])
-            refit(target._replace(starts=extra), second)
-        over = np.union1d(np.asarray(over, np.int64), other[second.size:])
-        seconds["exact_other_optimum"] = time.perf_counter() - t
+        rows = np.flatnonzero(lower)
+        second = rows[:int(min(rows.size, max(budget - len(refitted), 0)))]
+        other = np.union1d(other, rows)
+        over = np.union1d(np.asarray(over, np.int64), rows[second.size:])
+        if not second.size:
+            break
+        extra = np.unique(lower_start[second], axis=0)
+        if target.starts is not None:
+            extra = np.concatenate([np.asarray(target.starts), extra])
+        refit(target._replace(starts=extra), second)
+    over = np.setdiff1d(over, np.asarray(refitted, np.int64))
+    seconds["exact_other_optimum"] = time.perf_counter() - t
     refitted = np.asarray(refitted, dtype=np.int64)
     over = np.asarray(over, dtype=np.int64)
     counts["exact"] = int(refitted.size)
