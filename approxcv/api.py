@@ -21,7 +21,7 @@ from .engine.options import Options
 from .engine.registry import get_method
 from .engine.methods.exact import default_restarts
 from .errors import ArgumentTypeError, InvalidArgumentError
-from .folds import as_folds
+from .folds import as_folds, future_origins
 from .models.base import check_model
 from .problem import flat_params, make_problem
 from .results import CVResult
@@ -114,7 +114,13 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             the second step only where the screen cannot vouch;
             ``diagnostics["error_estimate_screened"]`` says which folds kept it) or
             ``"full"`` (two chord steps on every fold); ``max_exact``: most refits
-            ``"auto"`` may spend;
+            ``"auto"`` may spend; on leave-future-out folds (every fold removes a suffix of
+            the units, :func:`~approxcv.folds.leave_future_out`) ``"auto"`` walks the
+            origins, expanding each fold from the nearest refit and refitting exactly
+            where no estimate vouches for it (``diagnostics["refit_origins"]``,
+            ``["lfo_reference"]``; :func:`~approxcv.engine.methods.auto.auto_future`);
+            ``refit_every=k`` also refits the ``k``-th, ``2k``-th, ... origin of that walk
+            regardless of the estimates (``"auto"`` on such folds only);
             ``audit=k``: exact refits of ``k`` random folds, the measured error with a 95 %
             confidence interval in ``diagnostics["audit"]``; ``in_sample=True``: also the
             held-out losses at the full-data fit, ``diagnostics["lpd_full"]`` (one more
@@ -158,6 +164,13 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             raise InvalidArgumentError("`audit` measures an approximate method against exact "
                                        f"refits; method={method!r} refits every fold itself")
         folds = as_folds(folds, n_units)
+        future = future_origins(folds) is not None
+        if opts.refit_every is not None and (method != "auto" or not future):
+            raise InvalidArgumentError(
+                "`refit_every` applies to method='auto' on leave-future-out folds "
+                "(acv.folds.leave_future_out: every fold removes a suffix of the units); got "
+                f"method={method!r}" + ("" if future else " and folds that are not "
+                                        "leave-future-out"))
         fit_seconds = None
         if params is None:
             t = time.perf_counter()
@@ -244,7 +257,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         diagnostics["device"] = platform
         if concerns:
             mark_fit_concerns(diagnostics, concerns, len(folds), local)
-        record_unreliable(diagnostics, fold_loss, folds, method, opts.warn)
+        record_unreliable(diagnostics, fold_loss, folds, method, opts.warn, future=future)
         point_loss = _scored_points(points, run_folds, len(folds))
         params_flat = np.asarray(params_flat)
         stacked = problem.unravel(params_flat)

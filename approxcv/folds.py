@@ -30,7 +30,7 @@ from .errors import (ArgumentTypeError, DuplicateFoldIdError, DuplicateIndexErro
                      InvalidArgumentError, ScoredNotRemovedError)
 
 __all__ = ["Folds", "iid", "contiguous", "leave_future_out", "leave_one_out", "kfold",
-           "hblock", "neighbourhood", "as_folds"]
+           "hblock", "neighbourhood", "as_folds", "future_origins"]
 
 
 class Folds(Sequence):
@@ -333,6 +333,24 @@ def as_folds(folds, n: int) -> Folds:
                 f"`folds` were built for n={folds.n} units but the data have {n}")
         return folds
     return Folds(folds, n)
+
+
+def future_origins(folds: Folds) -> np.ndarray | None:
+    """``(n_folds,)`` the origin ``s`` of every fold where every fold removes a suffix
+    ``{s, ..., e}`` of the units with one common last unit ``e`` (``e = n - 1`` for
+    :func:`leave_future_out`; over a model's padded units, the data's last unit) and at
+    least two origins differ: leave-future-out folds, with or without a horizon; else
+    ``None``. ``method="auto"`` walks such folds by origin (:mod:`approxcv.engine.methods.
+    auto`), and their unreliable-fold warnings give the advice for them."""
+    if not isinstance(folds, Folds) or len(folds) < 2:
+        return None
+    sizes = folds.sizes
+    ends = np.cumsum(sizes) - 1
+    last = folds._flat[ends]
+    first = folds._flat[ends - sizes + 1]
+    if np.any(last != last[0]) or np.any(last - first + 1 != sizes):
+        return None                 # sorted and distinct within a fold: contiguous iff so
+    return None if np.all(first == first[0]) else first.copy()
 
 
 def _fold_size(n: int, frac: float) -> int:

@@ -152,6 +152,21 @@ UNRELIABLE_REMEDIES = {
 }
 
 
+#: the advice for leave-future-out folds (:func:`~approxcv.folds.future_origins`), where
+#: it differs: the origins are walked by ``method="auto"``, and the horizon sets the folds
+UNRELIABLE_REMEDIES_FUTURE = {
+    "error_estimate_above_tol": "method='auto' walks the origins and refits exactly where "
+                                "the estimate exceeds `tol` (each refit the expansion "
+                                "point of the next origins; at most `max_exact`); a "
+                                "shorter `horizon` (leave_future_out(..., horizon=M)) or "
+                                "a larger `tol` also help",
+    "over_budget": "raise `max_exact` (or None) to refit them, or pass refit_every=k to "
+                   "refit every k-th origin; a shorter `horizon` needs fewer refits",
+    "fold_hessian_not_pd": "method='auto' refits such folds along its walk of the "
+                           "origins, within `max_exact`",
+}
+
+
 def unreliable_causes(raw, n_folds: int) -> dict:
     """A method's ``diagnostics["unreliable"]`` as ``{cause: (n_folds,) bool}``: a dict of
     masks keyed by cause (:data:`UNRELIABLE_CAUSES`), or one mask (cause ``"method_flag"``)."""
@@ -162,11 +177,13 @@ def unreliable_causes(raw, n_folds: int) -> dict:
     return {k: np.asarray(v, bool).reshape(n_folds) for k, v in raw.items()}
 
 
-def remedies(causes: dict) -> str:
-    """`` To fix: ...`` — the :data:`UNRELIABLE_REMEDIES` of the causes that apply, or
-    ``""``."""
-    said = [UNRELIABLE_REMEDIES[k] for k, m in causes.items()
-            if np.any(m) and k in UNRELIABLE_REMEDIES]
+def remedies(causes: dict, future: bool = False) -> str:
+    """`` To fix: ...`` — the :data:`UNRELIABLE_REMEDIES` of the causes that apply (on
+    leave-future-out folds, ``future``, those of :data:`UNRELIABLE_REMEDIES_FUTURE` where it
+    has one), or ``""``."""
+    table = {**UNRELIABLE_REMEDIES, **UNRELIABLE_REMEDIES_FUTURE} if future \
+        else UNRELIABLE_REMEDIES
+    said = [table[k] for k, m in causes.items() if np.any(m) and k in table]
     return f" To fix: {'; '.join(dict.fromkeys(said))}." if said else ""
 
 
@@ -186,11 +203,13 @@ def mark_fit_concerns(diagnostics: dict, concerns: dict, n_folds: int, local: bo
     diagnostics["unreliable"] = causes
 
 
-def record_unreliable(diagnostics: dict, fold_loss, folds, method: str, warn: bool) -> None:
+def record_unreliable(diagnostics: dict, fold_loss, folds, method: str, warn: bool,
+                      future: bool = False) -> None:
     """Turn a method's per-fold ``diagnostics["unreliable"]`` (one mask or ``{cause:
     mask}``, :func:`unreliable_causes`) and non-finite losses into
     ``diagnostics["unreliable_folds"]`` (fold ids), ``diagnostics["unreliable_causes"]``
-    (``{cause: fold ids}``, the causes that applied) and one warning naming them."""
+    (``{cause: fold ids}``, the causes that applied) and one warning naming them, with
+    the advice for leave-future-out folds where ``future``."""
     causes = unreliable_causes(diagnostics.pop("unreliable", None), len(folds))
     nonfinite = ~np.isfinite(fold_loss)
     if nonfinite.any():
@@ -209,7 +228,7 @@ def record_unreliable(diagnostics: dict, fold_loss, folds, method: str, warn: bo
             f"{folds.ids[bad][:10].tolist()}{' ...' if bad.sum() > 10 else ''}): {named}. "
             "Their numbers are kept but are not estimates; listed in "
             "diagnostics['unreliable_folds'] (by cause: diagnostics['unreliable_causes'])."
-            f"{remedies(causes)}",
+            f"{remedies(causes, future)}",
             UnreliableFoldWarning, stacklevel=user_stacklevel())
 
 

@@ -36,7 +36,9 @@ class Options:
     batch at the structure level; executor, checkpoint, progress, warn: see
     ``cross_validate``; tol: relative error of a fold loss above which an estimate is
     unreliable (``ij``/``ns`` error estimates) and ``"auto"`` refines it; max_exact: most
-    exact refits ``"auto"`` may spend (``None``: no limit); audit: exact refits of this many
+    exact refits ``"auto"`` may spend (``None``: no limit); refit_every: ``k``, on
+    leave-future-out folds ``"auto"`` also refits every ``k``-th origin of its walk
+    regardless of the error estimates (``None``: only where they exceed ``tol``); audit: exact refits of this many
     random folds to measure the error of a method; hessian_diagonal: ``lambda >= 0`` added to
     the diagonal of ``H`` by ``ij`` (dense) before factoring, to keep it invertible far from
     an optimum (recorded); in_sample: also the held-out losses at the full-data fit
@@ -67,6 +69,7 @@ class Options:
     warn: bool = True
     tol: float = DEFAULT_TOL
     max_exact: int | None = None
+    refit_every: int | None = None
     audit: int = 0
     hessian_diagonal: float = 0.0
     in_sample: bool = False
@@ -81,7 +84,8 @@ class Options:
         for name in ("tol", "cg_rtol", "hessian_diagonal"):
             object.__setattr__(self, name, float(getattr(self, name)))
         for name in ("max_dense_dim", "cg_max_steps", "batch_size", "exact_batch_size",
-                     "structure_batch_size", "restarts", "max_exact", "audit"):
+                     "structure_batch_size", "restarts", "max_exact", "refit_every",
+                     "audit"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, int(getattr(self, name)))
 
@@ -100,7 +104,7 @@ def check_options(options: Options) -> None:
     """Raise ``InvalidArgumentError`` naming the first field of ``options`` out of range:
     sizes and step limits are integers >= 1 (``max_dense_dim`` >= 0: 0 means never dense),
     ``cg_rtol`` lies in (0, 1), ``tol`` is positive, ``max_exact`` and ``audit`` are
-    integers >= 0."""
+    integers >= 0, ``refit_every`` an integer >= 1 or ``None``."""
     check_choice("solver", options.solver, ("auto", "dense", "cg"))
     check_choice("level", options.level, ("within", "structure"))
     check_choice("error_estimate", options.error_estimate, ("screened", "full"))
@@ -117,6 +121,8 @@ def check_options(options: Options) -> None:
     check_positive("tol", options.tol)
     if options.max_exact is not None:
         check_positive_int("max_exact", options.max_exact, 0)
+    if options.refit_every is not None:
+        check_positive_int("refit_every", options.refit_every, 1)
     check_positive_int("audit", options.audit, 0)
     device_choice(options.device)
     if not isinstance(options.in_sample, bool):
