@@ -58,6 +58,18 @@ class RawFolds:
             out[i, :len(r)] = r
         return out
 
+    partial = False                     # every removed unit is scored
+
+    @property
+    def scored(self):
+        return self.rows
+
+    def scored_mask(self):
+        return self.padded() < self.n
+
+    def unscored_padded(self):
+        return None
+
 
 def run(name, problem, W, **options):
     """``(fold params, diagnostics)`` of method ``name`` on the folds of ``W``."""
