@@ -32,20 +32,19 @@ to stderr, and nothing in the configuration avoids the cause:
   LLVM *tuning* preferences ``+prefer-no-gather,+prefer-no-scatter`` to the features of
   every AVX-512 target, and the loader of jaxlib <= 0.10 takes them for instruction sets
   the host lacks (later XLA skips ``prefer-``/``fast-`` features). The program is loaded
-  and runs correctly, but an ERROR line is not ours to hide, and the same line is the only
-  warning of a real mismatch. So on such a machine with such a jaxlib
-  (:func:`loader_flags_this_cpu`) approxcv compiles *its own* programs with XLA's CPU code
-  capped at AVX2 (the per-program option ``xla_cpu_max_isa=AVX2``, :func:`isa_cap`, in
-  ``approxcv._compile.compiler_options``), which carries no such tuning features; and
-  JAX's cache there stores nothing compiled outside approxcv (its threshold is infinite
-  but in approxcv's own compiles), so no program of the user's is loaded with the false
-  ERROR. (The README example's warm fit and IJ took the same time capped or not on an AMD
-  EPYC with AVX-512, 0.019-0.022 s and 0.098-0.100 s, with identical results, measured
-  with the cap in ``XLA_FLAGS``.) Where ``XLA_FLAGS`` asks for a wider instruction set the
-  cache stays off (:data:`off_reason` says why). Real mismatches — a cache directory
-  shared by machines with different CPUs (a home directory on NFS) — cannot arise: each
-  kind of CPU has its own subdirectory, and JAX's cache key includes ``XLA_FLAGS`` and the
-  compile options.
+  and runs correctly. approxcv drops exactly these lines — those naming a ``prefer-`` or
+  ``fast-`` tuning feature — around its own loads (the same block as the WARNING's,
+  ``approxcv._jax_workarounds.LOADER_FALSE_ERROR``); a line naming a real instruction set
+  the host lacks is written back, visible. On such a machine with such a jaxlib
+  (:func:`loader_flags_this_cpu`) JAX's cache stores nothing compiled outside approxcv
+  (its threshold is infinite but in approxcv's own compiles), so no program of the
+  user's is loaded with the false ERROR. (An instruction-set cap per program,
+  ``compiler_options={"xla_cpu_max_isa": "AVX2"}``, does not help: the loaded program
+  still records the host's AVX-512 target with its tuning features, measured with jaxlib
+  0.9.2 on an AMD EPYC; only the process-wide ``XLA_FLAGS=--xla_cpu_max_isa=AVX2`` does,
+  which is not approxcv's to set.) Real mismatches — a cache directory shared by machines
+  with different CPUs (a home directory on NFS) — cannot arise: each kind of CPU has its
+  own subdirectory, and JAX's cache key includes ``XLA_FLAGS`` and the compile options.
 
 * ``APPROXCV_NO_COMPILATION_CACHE=1`` (set before ``import approxcv``) turns it off.
 * ``APPROXCV_COMPILATION_CACHE_DIR`` (set before ``import approxcv``) puts it elsewhere
@@ -98,19 +97,9 @@ LOADER_FIXED_IN = (0, 11)
 off_reason: str | None = None
 
 #: JAX's cache threshold for approxcv's own compiles where the global one is infinite (an
-#: AVX-512 CPU whose loader logs false errors for uncapped programs: :func:`enable`);
+#: AVX-512 CPU whose loader logs false errors: :func:`enable`);
 #: ``None`` elsewhere
 own_threshold: float | None = None
-
-#: the XLA flag that caps the instruction set of XLA's CPU code (``XLA_FLAGS``; as a
-#: per-program option its name is ``ISA_OPTION``), and the cap approxcv gives its own
-#: programs where the cache loader would log false errors (:func:`isa_cap`)
-ISA_FLAG = "--xla_cpu_max_isa"
-ISA_OPTION = "xla_cpu_max_isa"
-ISA_CAP = "AVX2"
-#: caps at or below AVX2 (XLA's names): targets without AVX-512's tuning features
-QUIET_ISAS = ("SSE4_2", "AVX", "AVX2")
-
 
 #: size limit of the cache (least recently used entries are evicted beyond it)
 MAX_CACHE_BYTES = 2 * 2 ** 30
@@ -208,31 +197,6 @@ def loader_flags_this_cpu(jaxlib_version: str) -> bool:
     return version < LOADER_FIXED_IN and "avx512f" in cpu_flags()
 
 
-def xla_flag_value(flags: str, name: str) -> str | None:
-    """The value of the last ``name=VALUE`` in the ``XLA_FLAGS`` string ``flags``."""
-    values = [f.partition("=")[2] for f in flags.split() if f.partition("=")[0] == name]
-    return values[-1] if values else None
-
-
-def isa_cap(xla_flags: str, jaxlib_version: str) -> str | None:
-    """The instruction-set cap for approxcv's CPU programs: :data:`ISA_CAP` where cached
-    programs would otherwise load with the loader's false ERROR (an affected jaxlib on an
-    AVX-512 CPU, :func:`loader_flags_this_cpu`) and ``xla_flags`` (the user's
-    ``XLA_FLAGS``) sets no cap of its own; else ``None``. A per-program XLA option
-    (``approxcv._compile.compiler_options``): the user's own programs, and ``XLA_FLAGS``,
-    are left as they are."""
-    if not loader_flags_this_cpu(jaxlib_version):
-        return None
-    return None if xla_flag_value(xla_flags, ISA_FLAG) is not None else ISA_CAP
-
-
-def wide_isa(xla_flags: str) -> str | None:
-    """The instruction-set cap ``xla_flags`` sets if it is wider than :data:`QUIET_ISAS`
-    (AVX-512: cached programs would load with the loader's false ERROR), else ``None``."""
-    theirs = xla_flag_value(xla_flags, ISA_FLAG)
-    return theirs if theirs is not None and theirs.upper() not in QUIET_ISAS else None
-
-
 def switched_off(variable: str) -> bool:
     """Whether the environment variable ``variable`` says off: set to anything but "",
     "0", "false" or "no"."""
@@ -247,8 +211,7 @@ def disabled() -> bool:
 def enable(config, jaxlib_version: str = "0") -> str | None:
     """Point JAX's persistent compilation cache at :func:`cache_dir` (``config`` is
     ``jax.config``); returns the directory in use, or ``None`` when the cache is off
-    (:data:`DISABLE_ENV`; ``XLA_FLAGS`` asking for AVX-512 code on a CPU whose loader
-    would print false errors, :func:`wide_isa`; or the directory is :func:`unusable`, said
+    (:data:`DISABLE_ENV`, or the directory is :func:`unusable`, said
     once by a :class:`~approxcv.errors.CompilationCacheWarning`; :data:`off_reason` says
     which). A directory already configured for JAX is kept, with its settings. Only the
     cache's own settings are changed: no environment variable, log level or other flag
@@ -269,16 +232,11 @@ def enable(config, jaxlib_version: str = "0") -> str | None:
                       f"this warning", CompilationCacheWarning, stacklevel=2)
         return None
     affected = loader_flags_this_cpu(jaxlib_version)
-    wide = wide_isa(os.environ.get("XLA_FLAGS", "")) if affected else None
-    if wide is not None:
-        off_reason = (f"jaxlib {jaxlib_version} on an AVX-512 CPU logs a false ERROR for "
-                      f"every cached program it loads (jax-ml/jax#38445), and XLA_FLAGS "
-                      f"sets {ISA_FLAG}={wide}")
-        return None
     config.update("jax_compilation_cache_dir", str(path))
-    # where the loader would print false errors for programs compiled without approxcv's
-    # per-program cap (the user's own), JAX's cache writes nothing outside approxcv's
-    # compiles (approxcv._compile raises the threshold for its own, in their thread)
+    # where the loader prints false errors for every program it loads, JAX's cache writes
+    # nothing outside approxcv's compiles (approxcv._compile raises the threshold for its
+    # own, in their thread; their loads drop the false lines): no program of the user's is
+    # loaded from approxcv's cache with the loader's false ERROR
     config.update("jax_persistent_cache_min_compile_time_secs",
                   float("inf") if affected else MIN_COMPILE_SECONDS)
     own_threshold = MIN_COMPILE_SECONDS if affected else None

@@ -37,7 +37,6 @@ import inspect
 import os
 
 import jax
-import jaxlib
 import numpy as np
 
 from . import _compilation_cache, _program_cache
@@ -61,9 +60,6 @@ def compiler_options(platform: str = "cpu", fast: bool = False,
     if platform != "cpu":
         return None
     options = {"xla_cpu_use_fusion_emitters": False}
-    cap = _compilation_cache.isa_cap(os.environ.get("XLA_FLAGS", ""), jaxlib.__version__)
-    if cap is not None:     # an AVX-512 CPU whose jaxlib's cache loader logs false errors
-        options[_compilation_cache.ISA_OPTION] = cap
     if fast:
         options.update(FAST_COMPILE_OPTIONS)
     if marked:

@@ -31,7 +31,7 @@ from jax.experimental import serialize_executable
 
 __all__ = ["trace_context", "jax_cache_threshold", "serialize", "deserialize",
            "unloaded_executable", "prepare_lapack_kernels", "quiet_loader_warnings",
-           "LOADER_WARNING"]
+           "LOADER_WARNING", "LOADER_FALSE_ERROR"]
 
 
 # ----------------------------------------------------------------- JAX's trace context
@@ -169,6 +169,17 @@ def prepare_lapack_kernels() -> None:
 LOADER_WARNING = re.compile(r"^W\d{4} .*pjrt_executable\.cc:\d+\] Assume version "
                             r"compatibility\. PjRt-IFRT does not track XLA executable")
 
+#: the ERROR line jaxlib 0.9-0.10's CPU AOT loader logs on every load on a CPU with
+#: AVX-512 (jax-ml/jax#38445): XLA adds LLVM *tuning* preferences (``prefer-...``,
+#: ``fast-...``) to the target features, and the loader takes them for instruction sets
+#: the host lacks. Only lines naming such a tuning feature match: a real mismatch (an
+#: instruction set such as ``+avx512f`` missing on the host) is written back, visible.
+#: Dropped around approxcv's own loads; can go with the jaxlib that skips tuning features
+#: (:data:`approxcv._compilation_cache.LOADER_FIXED_IN`)
+LOADER_FALSE_ERROR = re.compile(r"^E\d{4} .*cpu_aot_loader\.cc:\d+\] Loading XLA:CPU AOT "
+                                r"result\. Target machine feature \+(prefer|fast)-[\w-]+ is "
+                                r"not\s+supported on the host machine")
+
 _QUIET = {"depth": 0, "saved": None, "file": None}
 _QUIET_LOCK = threading.Lock()
 
@@ -177,8 +188,9 @@ _QUIET_LOCK = threading.Lock()
 def quiet_loader_warnings():
     """A block (approxcv's load of a stored program) in which the C++ lines XLA writes to
     the process's stderr (file descriptor 2) are caught; at its end every caught line but
-    :data:`LOADER_WARNING` is written back to stderr. Needed for jaxlib 0.9-0.10 (the
-    WARNING on every load, jax-ml/jax#38445); the user's ``TF_CPP_MIN_LOG_LEVEL`` is left as
+    :data:`LOADER_WARNING` and :data:`LOADER_FALSE_ERROR` is written back to stderr.
+    Needed for jaxlib 0.9-0.10 (the WARNING on every load, and on AVX-512 CPUs the false
+    ERROR, jax-ml/jax#38445); the user's ``TF_CPP_MIN_LOG_LEVEL`` is left as
     it is, so their own programs' warnings stay visible. Can go when the oldest jaxlib
     approxcv supports no longer logs it (0.9.2 does; later releases not checked here).
     Blocks in several threads share one redirection (the first opens it, the last closes
@@ -222,7 +234,7 @@ def _open_quiet() -> bool:
 
 def _close_quiet() -> None:
     """End one block; the last restores file descriptor 2 and writes back what it caught
-    but :data:`LOADER_WARNING`."""
+    but :data:`LOADER_WARNING` and :data:`LOADER_FALSE_ERROR`."""
     with _QUIET_LOCK:
         _QUIET["depth"] -= 1
         if _QUIET["depth"] > 0:
@@ -233,10 +245,15 @@ def _close_quiet() -> None:
         os.close(saved)
         caught.seek(0)
         kept = [line for line in caught.read().splitlines(keepends=True)
-                if not LOADER_WARNING.search(line.decode(errors="replace").strip())]
+                if not _dropped(line.decode(errors="replace").strip())]
         caught.close()
     if kept:
         try:
             os.write(2, b"".join(kept))
         except OSError:
             pass
+
+
+def _dropped(line: str) -> bool:
+    """Whether a caught stderr line is one of the loader's false lines (not written back)."""
+    return bool(LOADER_WARNING.search(line) or LOADER_FALSE_ERROR.search(line))

@@ -30,8 +30,8 @@ never a guess:
   another module bound there (a test's monkeypatch) turns the cache off for that call.
 
 It is on only where it is safe and useful: approxcv's compilation cache is on in its own
-directory (so that a CPU whose loader logs false errors has approxcv's per-program
-instruction-set cap, :func:`approxcv._compilation_cache.isa_cap`), JAX runs on
+directory (so that on a CPU whose loader logs false errors JAX's cache holds approxcv's
+programs only, :data:`approxcv._compilation_cache.own_threshold`), JAX runs on
 one CPU device, ``jax_disable_jit`` is off, and ``APPROXCV_NO_PROGRAM_CACHE`` is unset.
 Programs whose trace, lower and compile took at least :data:`MIN_SECONDS` are stored, one
 file each under ``<compilation cache>/programs`` (written atomically); the directory is kept

@@ -94,14 +94,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def cache_child_env(cache, extra=None) -> dict:
     """The environment of a child process that runs approxcv with its compilation and
     program caches under ``cache``: this process's switches of both caches and its cache
-    directory dropped, an instruction-set cap in ``XLA_FLAGS`` dropped (approxcv caps its
-    own programs where needed, per program), then ``extra``."""
+    directory dropped, then ``extra``."""
     env = {k: v for k, v in os.environ.items()
            if k not in (_compilation_cache.DISABLE_ENV, _program_cache.DISABLE_ENV,
                         "TF_CPP_MIN_LOG_LEVEL", "JAX_COMPILATION_CACHE_DIR")}
     env.update({_compilation_cache.DIR_ENV: str(cache), "PYTHONPATH": str(ROOT)})
-    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
-                                if not f.startswith(_compilation_cache.ISA_FLAG))
     env.update(extra or {})
     return env
 

@@ -126,9 +126,8 @@ def test_import_configures_the_cache_unless_turned_off(tmp_path, off):
             "jax.config.jax_compilation_cache_dir, jax.config.jax_enable_x64)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout.split()
-    # off only where asked: on a CPU whose cache loader would log false errors (AVX-512
-    # with a jaxlib before the fix) too, approxcv's programs carrying the AVX2 cap
-    # (_compilation_cache.isa_cap, a per-program option)
+    # off only where asked: on a CPU whose cache loader logs false errors (AVX-512 with a
+    # jaxlib before the fix) too, approxcv dropping those lines around its own loads
     expected = "None" if off else str(tmp_path / "approxcv" / "jax" / _compilation_cache.cpu_tag())
     assert out == [expected, expected, "True"]
 
