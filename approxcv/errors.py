@@ -217,5 +217,7 @@ class UnsupportedEstimatorError(InvalidArgumentError):
     cross-validate approximately (another model class, a solver-specific objective,
     ``class_weight``, an L1 penalty of logistic regression, more than two classes, ...), or
     an hmmlearn model :func:`approxcv.models.from_hmmlearn` cannot represent (a covariance
-    type, several Poisson features); the message names the estimator and the setting, and
-    what is supported."""
+    type, several Poisson features), or an sklearn-crfsuite CRF
+    :func:`approxcv.models.from_crfsuite` cannot expand around (another algorithm than
+    L-BFGS, an L1 penalty ``c1 > 0``, no L2 penalty); the message names the estimator and
+    the setting, and what is supported."""

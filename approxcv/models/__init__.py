@@ -23,7 +23,7 @@ _FAMILIES = {
     "erm": ("ERM", "ERMData", "Ridge", "RidgeParams", "Logistic", "LogisticParams",
             "PoissonRegression", "PoissonRegressionParams", "ElasticNet",
             "ElasticNetOnSupport", "ElasticNetParams", "SupportChangeWarning"),
-    "crf": ("LinearChainCRF", "LinearChainCRFParams"),
+    "crf": ("LinearChainCRF", "LinearChainCRFParams", "from_crfsuite", "crfsuite_data"),
     "mrf": ("HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData"),
     "gp": ("GP", "GPParams"),
     "pointwise": ("Pointwise",),
@@ -51,6 +51,7 @@ __all__ = ["HMM", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "ERM", "ERMData", "Ridge", "RidgeParams", "Logistic", "LogisticParams",
            "PoissonRegression", "PoissonRegressionParams", "ElasticNet", "ElasticNetOnSupport",
            "ElasticNetParams", "SupportChangeWarning", "LinearChainCRF", "LinearChainCRFParams",
+           "from_crfsuite", "crfsuite_data",
            "HiddenPotts", "HiddenPottsParams", "HiddenPottsGaussianParams", "FieldData",
            "GP", "GPParams", "Pointwise", "Model"]
 

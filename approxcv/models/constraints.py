@@ -12,6 +12,7 @@ bijection and the Hessian in unconstrained space is not singular by construction
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +23,7 @@ from ..errors import ArgumentTypeError, InvalidArgumentError
 from ._transforms import logits_to_log_simplex
 
 __all__ = ["Constraint", "Real", "Positive", "Unit", "Simplex", "LowerCholesky", "Fixed",
-           "PartlyFixedSimplex", "nested_tuple", "constrain", "unconstrain",
+           "PartlyFixedSimplex", "PartlyZero", "nested_tuple", "constrain", "unconstrain",
            "check_constraints", "by_name", "NAMES"]
 
 
@@ -262,6 +263,57 @@ class PartlyFixedSimplex(Constraint):
             return "must be > 0 where its entries are free"
         if not np.allclose(np.sum(value, axis=-1), 1.0, rtol=1e-6, atol=0):
             return "must sum to 1 along its last axis"
+        return None
+
+
+@dataclass(frozen=True)
+class PartlyZero(Constraint):
+    """Reals some of whose entries are held at 0 (``free``: nested tuples of bools of the
+    leaf's shape, ``True`` where an entry is a parameter): parameters a model does not
+    have, e.g. the (attribute, label) features CRFsuite never created.
+
+    Unconstrained: the free entries in row-major order, ``(..., n_free)``::
+
+        forward(u)[..., free] = u,   forward(u)[..., ~free] = 0,   inverse(theta) = theta[..., free]
+
+    so the objective, its gradient and its Hessian are those of the free entries only."""
+    maps_numpy_rows = True
+    free: tuple = ()
+
+    @cached_property
+    def _index(self) -> np.ndarray:
+        """Row-major indices of the free entries."""
+        return np.flatnonzero(np.asarray(self.free, dtype=bool))
+
+    @cached_property
+    def _shape(self) -> tuple:
+        return np.shape(self.free)
+
+    def forward(self, u):
+        batch = u.shape[:-1]
+        size = int(np.prod(self._shape, dtype=int))
+        if array_module(u) is np:
+            out = np.zeros(batch + (size,))
+            out[..., self._index] = u
+        else:
+            out = jnp.zeros(batch + (size,), dtype=jnp.float64).at[..., self._index].set(u)
+        return out.reshape(batch + self._shape)
+
+    def inverse(self, value):
+        ndim = len(self._shape)
+        batch = np.shape(value)[:np.ndim(value) - ndim]
+        return value.reshape(batch + (-1,))[..., self._index]
+
+    def check(self, value):
+        if np.shape(value) != self._shape:
+            return f"must have shape {self._shape} (its mask of free entries)"
+        bad = super().check(value)
+        if bad:
+            return bad
+        held = ~np.asarray(self.free, dtype=bool)
+        if np.any(value[held] != 0):
+            return (f"must be 0 where its entries are held at 0 ({int(held.sum())} entries "
+                    "the model does not have), got nonzero values there")
         return None
 
 

@@ -34,6 +34,11 @@ Weighted objectives (the two levels of cross-validation):
   step overshoots by ``1 / p`` on labels the model finds unlikely. NS has no such bias; the
   engine's error estimate lists the IJ's folds where it matters.
 
+Entries a model does not have (the features CRFsuite never created,
+:func:`approxcv.models.from_crfsuite`) are held at 0 by ``free=`` (a mask per leaf): they
+are not parameters (:class:`approxcv.models.constraints.PartlyZero`), so the unconstrained
+vector ``u``, the gradient and the Hessian are those of the free entries only.
+
 Sentences are sorted by length into buckets, each padded to its longest sentence and run
 as one batched forward pass; the fewest buckets are made whose padding is at most
 ``max_padding`` times the tokens (:func:`bucket_lengths`; small corpora get one bucket).
@@ -94,6 +99,10 @@ class LinearChainCRF(Model):
         max_steps: optimiser steps of the fit.
         max_padding: padding allowed when sentences are bucketed by length, as a fraction
             of the tokens (:func:`bucket_lengths`; each bucket compiles on its own).
+        free: which entries are parameters: a :class:`LinearChainCRFParams` of boolean
+            masks of the leaves' shapes (``True``: free; a leaf given as ``None`` is free
+            everywhere), the others held at 0 (``None``: every entry free). It fixes the
+            number of features ``F`` (the rows of ``free.weights``).
 
     Data: a list of ``(features (T, F), labels (T,))`` sentences (``T >= 1`` may differ),
     or a :class:`CRFData` from :meth:`prepare`. Default level ``"structure"``.
@@ -104,7 +113,8 @@ class LinearChainCRF(Model):
     numeric_hyperparameters = ("prior_variance",)
 
     def __init__(self, n_labels: int, *, prior_variance: float = 10.0, bias: bool = True,
-                 start_stop: bool = True, max_steps: int = 5000, max_padding: float = 0.5):
+                 start_stop: bool = True, max_steps: int = 5000, max_padding: float = 0.5,
+                 free=None):
         self.n_labels = check_positive_int("n_labels", n_labels, 2)
         self.prior_variance = check_positive("prior_variance", prior_variance)
         self.bias = bool(bias)
@@ -113,7 +123,50 @@ class LinearChainCRF(Model):
         self.max_padding = float(max_padding)
         if not np.isfinite(self.max_padding) or self.max_padding < 0.0:
             raise InvalidArgumentError(f"`max_padding` must be >= 0, got {max_padding!r}")
+        self.free = self._check_free(free)
         self.fit_result_: dict | None = None
+
+    def _check_free(self, free):
+        """``free`` as a :class:`LinearChainCRFParams` of nested tuples of bools (hashable;
+        ``None`` for a leaf free everywhere), checked against the label count and the
+        enabled terms."""
+        if free is None:
+            return None
+        if not isinstance(free, LinearChainCRFParams):
+            raise InvalidArgumentError(
+                "`free` must be a LinearChainCRFParams of boolean masks (or None per leaf), "
+                f"got {type(free).__name__}")
+        k = self.n_labels
+        shape_w = np.shape(free.weights)
+        if free.weights is None or len(shape_w) != 2 or shape_w[1] != k:
+            raise InvalidArgumentError(
+                f"`free.weights` must be a boolean mask of shape (F, {k}) (it fixes the "
+                f"number of features F), got shape {shape_w}")
+        out = []
+        for name, mask, shape in zip(LinearChainCRFParams._fields, free,
+                                     self._shapes(shape_w[0])):
+            if mask is None or shape == (0,):
+                out.append(None)
+                continue
+            mask = np.asarray(mask)
+            if mask.shape != shape or mask.dtype != bool:
+                raise InvalidArgumentError(
+                    f"`free.{name}` must be a boolean mask of shape {shape}, got "
+                    f"{mask.dtype} of shape {mask.shape}")
+            out.append(_bools(mask))
+        return LinearChainCRFParams(*out)
+
+    def __repr__(self) -> str:
+        """The hyperparameters, with ``free`` as its count of free entries."""
+        items = []
+        for key, value in self.static_key():
+            if key == "free" and value is not None:
+                masks = [np.asarray(m, dtype=bool) for m in value if m is not None]
+                value = (f"<{sum(int(m.sum()) for m in masks)} of "
+                         f"{sum(m.size for m in masks)} masked entries free>")
+            items.append(f"{key}={value!r}" if not isinstance(value, str) or key != "free"
+                         else f"{key}={value}")
+        return f"{type(self).__name__}({', '.join(items)})"
 
     # ----------------------------------------------------------------- data
     def prepare(self, data, level: str | None = None):
@@ -128,7 +181,11 @@ class LinearChainCRF(Model):
         if level not in LEVELS:
             raise InvalidArgumentError(f"`level` must be one of {LEVELS}, got {level!r}")
         if not isinstance(data, CRFData):
-            data = self._prepare_sentences(data)
+            data = self._prepare_sentences(data, self._free_width())
+        elif self._free_width() not in (None, data.num_features):
+            raise InvalidDataError(
+                f"the data have {data.num_features} features per token, but `free` masks "
+                f"{self._free_width()}: give every token the features the mask was made for")
         n = data.num_sentences if level == "structure" else data.num_tokens
         if level == "structure" and n < 2:
             raise InvalidArgumentError(
@@ -154,8 +211,9 @@ class LinearChainCRF(Model):
             if num_features is not None and x.shape[1] != num_features:
                 raise InvalidDataError(
                     f"{name}[{i}] has {x.shape[1]} features per token, but the parameters "
-                    f"were fitted on {num_features} (`params.weights` has {num_features} "
-                    "rows): give every token the feature vector the model was fitted on")
+                    f"were fitted on {num_features} (`params.weights` or the model's "
+                    f"`free.weights` has {num_features} rows): give every token the feature "
+                    "vector the model was fitted on")
             if feats and x.shape[1] != feats[0].shape[1]:
                 raise InvalidDataError(
                     f"{name}[{i}] has {x.shape[1]} features per token, {name}[0] has "
@@ -163,6 +221,10 @@ class LinearChainCRF(Model):
             feats.append(x)
             labs.append(y)
         return self._bucketed(feats, labs)
+
+    def _free_width(self) -> int | None:
+        """The number of features ``free`` fixes (``None``: any)."""
+        return None if self.free is None else len(self.free.weights)
 
     def _check_sentence(self, x, y, where):
         try:
@@ -219,7 +281,17 @@ class LinearChainCRF(Model):
 
     # ----------------------------------------------------------- parameters
     def param_constraints(self):
-        return LinearChainCRFParams(C.Real(), C.Real(), C.Real(), C.Real(), C.Real())
+        """Reals; a leaf with entries held at 0 (``free``) is
+        :class:`~approxcv.models.constraints.PartlyZero`."""
+        masks = self.free if self.free is not None else (None,) * 5
+        return LinearChainCRFParams(*(C.Real() if m is None or all(np.ravel(m))
+                                      else C.PartlyZero(m) for m in masks))
+
+    def _free_masks(self, shapes):
+        """Boolean mask of the free entries of every leaf of ``shapes``."""
+        masks = self.free if self.free is not None else (None,) * 5
+        return [np.ones(s, bool) if m is None else np.asarray(m, bool)
+                for m, s in zip(masks, shapes)]
 
     def _shapes(self, num_features: int):
         k = self.n_labels
@@ -228,12 +300,15 @@ class LinearChainCRF(Model):
                                     (k if self.start_stop else 0,))
 
     def init_params(self, data, level: str | None = None, n: int = 1, seed: int = 0) -> list:
-        """``n`` starts: zeros (the objective is convex), then small random ones."""
+        """``n`` starts: zeros (the objective is convex), then small random ones (0 where
+        ``free`` holds an entry)."""
         data, _, _ = self.prepare(data, level)
         shapes = self._shapes(data.num_features)
+        masks = self._free_masks(shapes)
         rng = np.random.default_rng(seed)
-        return [LinearChainCRFParams(*(np.zeros(s) if i == 0 else 0.01 * rng.normal(size=s)
-                                       for s in shapes)) for i in range(n)]
+        return [LinearChainCRFParams(*(np.zeros(s) if i == 0 else
+                                       np.where(m, 0.01 * rng.normal(size=s), 0.0)
+                                       for s, m in zip(shapes, masks))) for i in range(n)]
 
     def log_prior(self, params):
         """``-||theta||^2 / (2 prior_variance)`` (constant dropped)."""
@@ -372,6 +447,20 @@ class LinearChainCRF(Model):
             InvalidDataError: a sentence whose feature width ``F`` is not the one the
                 parameters were fitted on, or with NaN/inf features.
         """
+        return self._per_sentence(params, features, _viterbi,
+                                  lambda path: path[path >= 0])
+
+    def predict_marginals(self, params, features) -> list:
+        """Marginals ``p(y_t = k | x)`` of each sentence's ``features (T, F)``: a list of
+        ``(T, K)`` arrays (forward-backward, :func:`approxcv.inference.crf.posterior`).
+
+        Raises: as :meth:`predict`.
+        """
+        return self._per_sentence(params, features, _marginals, None)
+
+    def _per_sentence(self, params, features, kernel, trim) -> list:
+        """``kernel(unary, trans, start, stop, mask)`` on every length bucket of
+        ``features``, its rows cut to each sentence's length (``trim`` or ``[:T]``)."""
         if not isinstance(features, (list, tuple)):
             raise InvalidArgumentError(
                 "`features` must be a list of (T, F) arrays, one per sentence, got "
@@ -381,18 +470,30 @@ class LinearChainCRF(Model):
             [(x, np.zeros(np.shape(x)[:1], dtype=int)) for x in features],
             weights[0] if len(weights) == 2 else None, "features")
         params = self.check_params(params, data, "within")
+        lengths = np.asarray(data.lengths)
         out = [None] * data.num_sentences
         for bucket in data.buckets:
             unary, trans, start, stop = self.scores(params, bucket.features)
-            paths = np.asarray(_viterbi(unary, trans, start, stop, bucket.mask))
+            rows = np.asarray(kernel(unary, trans, start, stop, bucket.mask))
             for row, i in enumerate(np.asarray(bucket.sentence)):
-                out[i] = paths[row][paths[row] >= 0]
+                out[i] = trim(rows[row]) if trim else rows[row][:lengths[i]]
         return out
 
 
 @jit
 def _viterbi(unary, trans, start, stop, mask):
     return jax.vmap(crf.viterbi, (0, None, None, None, 0))(unary, trans, start, stop, mask)
+
+
+@jit
+def _marginals(unary, trans, start, stop, mask):
+    return jax.vmap(lambda *a: crf.posterior(*a).marginals, (0, None, None, None, 0))(
+        unary, trans, start, stop, mask)
+
+
+def _bools(mask: np.ndarray) -> tuple:
+    """A boolean array as nested tuples of bools (hashable, exact)."""
+    return tuple(_bools(m) for m in mask) if mask.ndim > 1 else tuple(bool(b) for b in mask)
 
 
 def _token_weights(weights, token):

@@ -190,3 +190,73 @@ def test_badly_scaled_features_raise_rescale_not_the_starting_point():
     with warnings.catch_warnings():
         warnings.simplefilter("error")                    # a well-scaled fit: no complaint
         acv.models.LinearChainCRF(K).fit([(x * 1e3, y) for x, y in data])
+
+
+def _masked(seed=3):
+    """A model holding a random third of W and two transitions at 0, its full twin."""
+    rng = np.random.default_rng(seed)
+    free_w = rng.random((F, K)) > 0.33
+    free_a = np.ones((K, K), bool)
+    free_a[0, 2] = free_a[2, 1] = False
+    full = acv.models.LinearChainCRF(K, prior_variance=2.0)
+    masked = acv.models.LinearChainCRF(K, prior_variance=2.0, free=acv.models.LinearChainCRFParams(
+        free_w, None, free_a, None, None))
+    return full, masked, free_w, free_a
+
+
+def test_entries_held_at_zero_are_not_parameters():
+    """``free=``: the masked model's u, gradient and Hessian are the full model's restricted
+    to the free entries (the same objective at parameters with zeros there), and its fit
+    and starts keep the held entries at 0."""
+    data = corpus(8, seed=2)
+    full, masked, free_w, free_a = _masked()
+    params = params_for(full, data)
+    params = params._replace(weights=np.where(free_w, params.weights, 0.0),
+                             transitions=np.where(free_a, params.transitions, 0.0))
+    p_full = acv.make_problem(full, data, params)
+    p_mask = acv.make_problem(masked, data, params)
+    keep = np.concatenate([m.ravel() for m in (free_w, np.ones(K, bool), free_a,
+                                               np.ones(K, bool), np.ones(K, bool))])
+    assert p_mask.u_full.shape[0] == keep.sum() < p_full.u_full.shape[0]
+    ones = np.ones(p_full.n_units)
+    g_full = jax.grad(p_full.fun)(p_full.u_full, ones, p_full.data)
+    g_mask = jax.grad(p_mask.fun)(p_mask.u_full, ones, p_mask.data)
+    h_full = jax.hessian(p_full.fun)(p_full.u_full, ones, p_full.data)
+    h_mask = jax.hessian(p_mask.fun)(p_mask.u_full, ones, p_mask.data)
+    np.testing.assert_allclose(g_mask, np.asarray(g_full)[keep], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(h_mask, np.asarray(h_full)[np.ix_(keep, keep)], rtol=1e-12,
+                               atol=1e-12)
+    fitted = masked.fit(data)
+    assert np.all(fitted.weights[~free_w] == 0) and np.all(fitted.transitions[~free_a] == 0)
+    assert np.any(fitted.weights[free_w] != 0)
+    for start in masked.init_params(data, n=3, seed=0):
+        assert np.all(start.weights[~free_w] == 0)
+    assert "free entries" not in repr(full) and "masked entries free" in repr(masked)
+
+
+def test_a_held_entry_off_zero_or_a_bad_mask_is_refused():
+    data = corpus(4)
+    _, masked, free_w, _ = _masked()
+    params = masked.fit(data)
+    bad = params._replace(weights=np.where(free_w, params.weights, 0.5))
+    with pytest.raises(InvalidArgumentError, match="held at 0"):
+        masked.check_params(bad, data)
+    with pytest.raises(InvalidArgumentError, match=r"free.weights"):
+        acv.models.LinearChainCRF(K, free=acv.models.LinearChainCRFParams(
+            np.ones((F, K + 1), bool), None, None, None, None))
+    with pytest.raises(InvalidArgumentError, match=r"free.transitions"):
+        acv.models.LinearChainCRF(K, free=acv.models.LinearChainCRFParams(
+            np.ones((F, K), bool), None, np.ones((K, K)), None, None))
+    wide = [(np.c_[x, x[:, :1]], y) for x, y in data]
+    with pytest.raises(InvalidDataError, match="features per token"):
+        masked.prepare(wide)
+
+
+def test_marginals_equal_enumeration():
+    data = corpus(4, seed=5)
+    model = acv.models.LinearChainCRF(K)
+    params = params_for(model, data)
+    for (x, y), marg in zip(data, model.predict_marginals(params, [x for x, _ in data])):
+        logp, paths = brute_log_probs(model, params, x, y)
+        want = np.stack([np.bincount(paths[:, t], np.exp(logp), K) for t in range(len(y))])
+        np.testing.assert_allclose(marg, want, rtol=0, atol=1e-12)
