@@ -24,10 +24,11 @@ the estimator cannot vouch for (:data:`CHECKS`):
 - ``quadrature`` (``q``): 48 and 96 Gauss-Hermite nodes differ by more than 0.01 nats;
 - WAIC's ``p_waic,i > 0.4`` (Vehtari, Gelman & Gabry 2017).
 
-:func:`marginal_pareto_k` adds (in :func:`approxcv.inference.latent_gaussian.loo`, for ``q`` and ``tq``) the
-Pareto ``k_hat`` of the ratios ``1 / p(y_i | f)`` under ``q(f_i | D)``, flagged above 0.7:
-Q-LOO and TQ-LOO are importance sampling from the marginal in disguise. (It is no test of
-LA-LOO: on ``crabs`` it exceeds 0.7 at 194 of 200 points that LA-LOO gets within 0.024.)
+:func:`marginal_pareto_k`: the Pareto ``k_hat`` of the ratios ``1 / p(y_i | f)`` under
+``q(f_i | D)`` (Q-LOO and TQ-LOO are the limits of importance sampling from the marginal),
+reported by the GP's ``q`` and ``tq`` (:mod:`approxcv.models.gp.estimators`), which flag by
+their error estimate instead: on ``crabs`` it exceeds 0.7 at 194 of 200 points that LA-LOO
+gets within 0.024, and at 193 EP Q-LOO points of which 14 are 0.1 nats off their refits.
 
 - ``exact_cavity`` (Gaussian likelihood, eq. 30-31): ``v_-i = (1/Sigma_ii - 1/s^2)^-1``,
   ``mu_-i = v_-i (mu_i / Sigma_ii - y_i / s^2)``, ``lpd = log N(y_i | mu_-i, v_-i + s^2)``.
