@@ -13,7 +13,8 @@ from ._sizes import length_bucket
 from ._validate import check_choice
 from .engine.audit import audit_folds
 from .engine.heldout import heldout_losses
-from .engine.diagnostics import mark_fit_concerns, record_unreliable, unreliable_causes
+from .engine.diagnostics import (estimate_causes, mark_fit_concerns, record_unreliable,
+                                 unreliable_causes)
 from .engine.error_estimate import estimate_errors, screened_estimate_errors
 from .engine.fingerprint import result_fingerprint
 from .engine.fold_buckets import bucketed, trim_per_fold
@@ -229,7 +230,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                     rate = diagnostics["chord_rate"]
                 diagnostics["chord_rate"] = np.asarray(rate)
                 causes = unreliable_causes(diagnostics.get("unreliable"), len(run_folds))
-                causes["error_estimate_above_tol"] = ~(est <= opts.tol)
+                causes.update(estimate_causes(est, rate, opts.tol))
                 diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)
                 stages["error_estimate"] = (stages.get("error_estimate", 0.0)
                                             + time.perf_counter() - t_est)

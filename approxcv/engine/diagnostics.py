@@ -116,6 +116,9 @@ UNRELIABLE_CAUSES = {
     "fold_hessian_not_pd": "the fold's Hessian H(w_o) needed jitter (not positive definite)",
     "cg_unconverged": "conjugate gradients did not converge",
     "error_estimate_above_tol": "the estimated error of the fold loss exceeds `tol`",
+    "chord_not_contracting": "the chord iteration behind the error estimate does not "
+                             "contract (rho >= 1): the estimate is its first step's only "
+                             "and cannot vouch for the fold",
     "refit_unconverged": "the exact refit did not converge",
     "restart_disagreement": "refit starts reach different optima with materially different "
                             "held-out losses",
@@ -136,6 +139,8 @@ UNRELIABLE_REMEDIES = {
                                 "at most `max_exact`); smaller folds or a larger `tol` "
                                 "also help",
     "over_budget": "raise `max_exact` (or None) to refit them",
+    "chord_not_contracting": "method='auto' refines such folds (NS, then exact refits, "
+                             "at most `max_exact`); smaller folds also help",
     "hessian_not_pd": "the fit may not be a minimum: refit (more starts) or use "
                       "method='exact'",
     "fold_hessian_not_pd": "method='exact' refits such folds; method='auto' does so "
@@ -165,6 +170,17 @@ UNRELIABLE_REMEDIES_FUTURE = {
     "fold_hessian_not_pd": "method='auto' refits such folds along its walk of the "
                            "origins, within `max_exact`",
 }
+
+
+def estimate_causes(estimate, rate, tol) -> dict:
+    """The causes an error estimate gives its folds (``(n_folds,)`` masks):
+    ``"chord_not_contracting"`` where the chord iteration behind it does not contract
+    (``rate``, its ``rho``, not below 1 or NaN: the estimate then says nothing however
+    small) and ``"error_estimate_above_tol"`` where it contracts and the estimate is
+    above ``tol`` or not finite."""
+    contracts = np.asarray(rate, np.float64) < 1.0
+    return {"chord_not_contracting": ~contracts,
+            "error_estimate_above_tol": contracts & ~(np.asarray(estimate) <= tol)}
 
 
 def unreliable_causes(raw, n_folds: int) -> dict:

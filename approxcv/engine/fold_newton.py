@@ -22,7 +22,7 @@ from ..optim.newton import value_and_derivatives
 from ..optim.pd import jittered_cholesky
 from .batching import fold_weights
 from .._batched_map import map_in_batches
-from .chord import chord_step, contraction_rate, extrapolate
+from .chord import chord_step, contraction_rate, extrapolate, signed_rate
 from .derivatives import gradient
 from .._compile import jit
 
@@ -67,8 +67,9 @@ def _chord_direction(chol, r):
 def _chord_from_residuals(value, r1, d1, r2, d2):
     """``(correction, rho)`` of :func:`~approxcv.engine.chord.chord_step` from its two
     residuals ``r_k = grad F`` and steps ``d_k = M^{-1} r_k``."""
-    rho = contraction_rate(jax.numpy.dot(d2, r2), jax.numpy.dot(d1, r1), value)
-    return extrapolate(d1, d2, rho), rho
+    den_sq = jax.numpy.dot(d1, r1)
+    rho = contraction_rate(jax.numpy.dot(d2, r2), den_sq, value)
+    return extrapolate(d1, d2, rho, signed_rate(jax.numpy.dot(d1, r2), den_sq, rho)), rho
 
 
 def newton_params_by_sweeps(fun, u_full, weights, data, with_jacobian: bool):

@@ -26,7 +26,8 @@ import numpy as np
 from .._compile import host_workers, jit
 from ..inference.chain_lanes import chunk_counts, lane_pass, normaliser_floor, safe_block
 from .batching import in_chunks
-from .chord import contraction_rate, extrapolate, screen_terms, second_step_correction
+from .chord import (contraction_rate, extrapolate, screen_terms, second_step_correction,
+                    signed_rate)
 from .windows import use_windows
 
 __all__ = ["use_lanes", "lane_batch_size", "off_stride", "lanes_heldout_losses",
@@ -151,8 +152,10 @@ def _chord(lanes, chol, u, index, data, n: int, cap: int, block: int):
     d1 = jsl.cho_solve((chol, True), r1.T).T
     r2 = _run(lanes, u - d1, index, data, n, cap, False, False, True, block)[3]
     d2 = jsl.cho_solve((chol, True), r2.T).T
-    rho = contraction_rate(jnp.sum(d2 * r2, axis=1), jnp.sum(d1 * r1, axis=1), value)
-    return jax.vmap(extrapolate)(d1, d2, rho), rho, fold_loss, points
+    den_sq = jnp.sum(d1 * r1, axis=1)
+    rho = contraction_rate(jnp.sum(d2 * r2, axis=1), den_sq, value)
+    lam = signed_rate(jnp.sum(d1 * r2, axis=1), den_sq, rho)
+    return jax.vmap(extrapolate)(d1, d2, rho, lam), rho, fold_loss, points
 
 
 @partial(jit, static_argnums=(0, 7, 8, 9))

@@ -37,7 +37,7 @@ from jax import lax
 
 from .batching import fold_indicator, fold_weights
 from .._batched_map import map_in_batches
-from .chord import contraction_rate, extrapolate
+from .chord import contraction_rate, extrapolate, signed_rate
 from .._compile import jit
 
 
@@ -283,8 +283,11 @@ def newton_params_cg(fun, u_full, index, data, n: int, rtol=1e-10, max_steps: in
         # a rolled loop of two chord steps (as ij_chord_steps_cg): one copy of the
         # gradient and of the CG solve in the program, not two
         _, (value, r, d, solved) = lax.scan(chord, u_ns, None, length=2)
-        rho = contraction_rate(jnp.dot(d[1], r[1]), jnp.dot(d[0], r[0]), value[0])
-        correction = jnp.where(solved[0] & solved[1], extrapolate(d[0], d[1], rho), jnp.nan)
+        den_sq = jnp.dot(d[0], r[0])
+        rho = contraction_rate(jnp.dot(d[1], r[1]), den_sq, value[0])
+        lam = signed_rate(jnp.dot(d[0], r[1]), den_sq, rho)
+        correction = jnp.where(solved[0] & solved[1], extrapolate(d[0], d[1], rho, lam),
+                               jnp.nan)
         return u_ns, jax.tree_util.tree_map(lambda a: a[0], sol), correction, rho
 
     return map_in_batches(one, index, batch_size)

@@ -57,8 +57,8 @@ from ...errors import user_stacklevel
 from ..audit import refit_problem
 from ..diagnostics import unreliable_causes
 from ..fold_buckets import bucketed
-from ..error_estimate import (estimate_errors, full_hessian_chord_steps, refined_params,
-                              screened_estimate_errors)
+from ..error_estimate import (contracting, estimate_errors, full_hessian_chord_steps,
+                              refined_params, screened_estimate_errors)
 from ..derivatives import full_derivatives
 from ..diagnostics import fit_diagnostics
 from ..future import Reference, expand_from, reference_at
@@ -123,6 +123,9 @@ def run_with_estimate(name, problem, folds, options, keep: int | None = None):
     else:
         est = np.full(keep, np.nan)
     causes = unreliable_causes(diag.pop("unreliable", None), len(folds))
+    if correction is not None:      # its estimate says nothing where the chord diverges
+        causes["chord_not_contracting"] = np.zeros(len(folds), bool)
+        causes["chord_not_contracting"][:keep] = ~contracting(diag["chord_rate"][:keep])
     return (params[:keep], fold_loss[:keep], points[:keep], est,
             {k: v[:keep] for k, v in causes.items()}, diag, correction)
 
@@ -323,7 +326,10 @@ def auto(problem, folds, options):
         diagnostics["ns_rejected_folds"] = folds.ids[rows[~take]]
         need[rows[take]] = _any(sub_causes, int(take.sum())) | ~(sub_est[take] <= options.tol)
     rows = np.flatnonzero(need)
-    order = rows[np.argsort(-np.nan_to_num(est[rows], nan=np.inf), kind="stable")]
+    # the worst estimates first; those whose chord does not contract say nothing: first too
+    worst = np.where(causes.get("chord_not_contracting", np.zeros(n_folds, bool))[rows],
+                     np.inf, np.nan_to_num(est[rows], nan=np.inf))
+    order = rows[np.argsort(-worst, kind="stable")]
     budget = len(order) if options.max_exact is None else int(options.max_exact)
     refit, over = np.sort(order[:budget]), np.sort(order[budget:])
     if refit.size:

@@ -35,7 +35,9 @@ from ..._batched_map import map_in_batches
 from ..derivatives import full_derivatives
 from ..aloo import glm_jacobian
 from ..diagnostics import cg_diagnostics, fit_diagnostics
-from ..error_estimate import full_hessian_chord_steps, ij_chord_screen
+from ..error_estimate import (full_hessian_chord_steps, ij_chord_screen,
+                              slow_second_round)
+from ..windows import use_taylor_chord_steps
 from ..fold_checks import with_fold_check
 from ..matrix_free import ij_params_cg
 from .model_estimators import model_estimator
@@ -95,6 +97,10 @@ def ij(problem, folds, options):
             step, rate = full_hessian_chord_steps(problem, params, index, options,
                                                   factor.chol, diagnostics,
                                                   unscored=folds.unscored_padded())
+            if not use_taylor_chord_steps(problem, index):   # slow folds: one more round
+                step, rate = slow_second_round(
+                    params, step, rate, lambda rows, points: full_hessian_chord_steps(
+                        problem, points, index[rows], options, factor.chol))
             diagnostics["chord_correction"], diagnostics["chord_rate"] = step, rate
         diagnostics["chord_factor"] = factor.chol   # for auto's chord stage; not reported
         diagnostics["stage_seconds"] = {"derivatives": t_solve - t, "solve": t_est - t_solve,
