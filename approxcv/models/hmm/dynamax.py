@@ -61,6 +61,18 @@ PSD_BOOST = 1e-9
 #: dynamax's classes, with the name of their emission parameters' variance field
 _CLASSES = {"GaussianHMM": "covs", "DiagonalGaussianHMM": "scale_diags",
             "SphericalGaussianHMM": "scales", "PoissonHMM": None, "CategoricalHMM": None}
+#: the classes approxcv represents with one feature only, and why
+_ONE_FEATURE = {
+    "GaussianHMM": "approxcv's GaussianHMM has one variance per state and feature, so a full "
+                   "covariance of several features has no counterpart (fit dynamax's "
+                   "DiagonalGaussianHMM, or acv.models.ARHMM(n_states, order=0, "
+                   "covariance=\"full\") in approxcv)",
+    "SphericalGaussianHMM": "approxcv's GaussianHMM has one variance per state and feature "
+                            "and cannot tie them across features (fit dynamax's "
+                            "DiagonalGaussianHMM)",
+    "PoissonHMM": "approxcv's PoissonHMM has one count per step (fit one dynamax PoissonHMM "
+                  "per feature)",
+    "CategoricalHMM": "approxcv's CategoricalHMM has one symbol per step"}
 #: dynamax's path of each field of approxcv's parameters (for messages and ``props``)
 _PATHS = {"initial_probs": ("initial", "probs"),
           "transition_matrix": ("transitions", "transition_matrix"),
@@ -114,6 +126,10 @@ def from_dynamax(model, params, props=None, emissions=None):
         ArgumentTypeError: ``params`` or ``props`` is not of ``model``'s class.
     """
     name = _class_name(model)
+    if name in _ONE_FEATURE and int(model.emission_dim) != 1:
+        raise UnsupportedEstimatorError(
+            f"from_dynamax: a {name} with emission_dim={int(model.emission_dim)} cannot be "
+            f"represented: {_ONE_FEATURE[name]}")
     _check_params(name, model, params, props)
     k = int(model.num_states)
     start = _array(params.initial.probs, (k,), "params.initial.probs")
@@ -203,20 +219,9 @@ def _check_params(name, model, params, props):
                 "of this model")
 
 
-def _one_feature(model, name, what):
-    d = int(model.emission_dim)
-    if d != 1:
-        raise UnsupportedEstimatorError(
-            f"from_dynamax: a {name} with emission_dim={d} cannot be represented: {what}")
-
-
 def _full(model, params, k, start, trans):
     """A one-feature GaussianHMM: NIW(mu0, kappa0, nu0, Psi0) is NIG(mu0, kappa0, nu0 / 2,
     Psi0 / 2) (with :data:`PSD_BOOST` added to ``Psi0``, as dynamax's ``log_prior``)."""
-    _one_feature(model, "GaussianHMM", "approxcv's GaussianHMM has one variance per state "
-                 "and feature, so a full covariance with several features has no counterpart"
-                 " (fit dynamax's DiagonalGaussianHMM, or acv.models.ARHMM(n_states, "
-                 "order=0, covariance=\"full\") in approxcv)")
     ec = model.emission_component
     means = _array(params.emissions.means, (k, 1), "params.emissions.means")
     var = _array(params.emissions.covs, (k, 1, 1), "params.emissions.covs")[:, 0]
@@ -244,9 +249,6 @@ def _diagonal(model, params, k, start, trans):
 
 
 def _spherical(model, params, k, start, trans):
-    _one_feature(model, "SphericalGaussianHMM", "approxcv's GaussianHMM has one variance per "
-                 "state and feature and cannot tie them across features (fit dynamax's "
-                 "DiagonalGaussianHMM)")
     ec = model.emission_component
     means = _array(params.emissions.means, (k, 1), "params.emissions.means")
     scales = _array(params.emissions.scales, (k,), "params.emissions.scales")
@@ -266,8 +268,6 @@ def _gaussian_params(start, trans, means, variances):
 
 
 def _poisson(model, params, k, start, trans):
-    _one_feature(model, "PoissonHMM", "approxcv's PoissonHMM has one count per step (fit one "
-                 "dynamax PoissonHMM per feature)")
     ec = model.emission_component
     rates = _array(params.emissions.rates, (k, 1), "params.emissions.rates")[:, 0]
     emission = {"shape": _prior(np.broadcast_to(ec.emission_prior_concentration, (k, 1)
@@ -278,7 +278,6 @@ def _poisson(model, params, k, start, trans):
 
 
 def _categorical(model, params, k, start, trans):
-    _one_feature(model, "CategoricalHMM", "approxcv's CategoricalHMM has one symbol per step")
     ec = model.emission_component
     v = int(ec.num_classes)
     probs = _array(params.emissions.probs, (k, 1, v), "params.emissions.probs")[:, 0]
