@@ -173,7 +173,8 @@ def _class_name(model) -> str:
     try:
         from dynamax import hidden_markov_model as dhmm
     except ImportError as exc:        # an optional dependency, imported when used
-        raise ImportError("from_dynamax needs dynamax: pip install dynamax") from exc
+        raise ImportError("from_dynamax needs dynamax: pip install 'approxcv[dynamax]'"
+                          ) from exc
     for name in _CLASSES:
         if type(model) is getattr(dhmm, name):
             return name
