@@ -216,8 +216,9 @@ class UnsupportedEstimatorError(InvalidArgumentError):
     """A scikit-learn estimator, or one of its settings, that :mod:`approxcv.sklearn` cannot
     cross-validate approximately (another model class, a solver-specific objective,
     ``class_weight``, an L1 penalty of logistic regression, more than two classes, ...), or
-    an hmmlearn model :func:`approxcv.models.from_hmmlearn` cannot represent (a covariance
-    type, several Poisson features), or an sklearn-crfsuite CRF
+    an hmmlearn model :func:`approxcv.models.from_hmmlearn` or a dynamax HMM
+    :func:`approxcv.models.from_dynamax` cannot represent (a covariance type, several
+    Poisson features, another class), or an sklearn-crfsuite CRF
     :func:`approxcv.models.from_crfsuite` cannot expand around (another algorithm than
     L-BFGS, an L1 penalty ``c1 > 0``, no L2 penalty); the message names the estimator and
     the setting, and what is supported."""

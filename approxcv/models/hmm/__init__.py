@@ -13,8 +13,10 @@ from .arhmm import ARHMM, ARHMMParams
 from .neural_arhmm import NeuralARHMM, NeuralARHMMParams
 from .time_varying_poisson import TimeVaryingPoisson, TimeVaryingPoissonParams
 from .hmmlearn import from_hmmlearn, hmmlearn_data
+from .dynamax import from_dynamax, dynamax_data
 
 __all__ = ["HMM", "Forecast", "Sequences", "PoissonHMM", "PoissonHMMParams", "GaussianHMM",
            "GaussianHMMParams", "CategoricalHMM", "CategoricalHMMParams", "ARHMM",
            "ARHMMParams", "NeuralARHMM", "NeuralARHMMParams", "TimeVaryingPoisson",
-           "TimeVaryingPoissonParams", "from_hmmlearn", "hmmlearn_data"]
+           "TimeVaryingPoissonParams", "from_hmmlearn", "hmmlearn_data", "from_dynamax",
+           "dynamax_data"]

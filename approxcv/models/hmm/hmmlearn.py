@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import warnings
 
-import jax
 import numpy as np
 
 from ...errors import (ArgumentTypeError, HeldFixedWarning, InexactFitWarning,
                        InvalidArgumentError, InvalidDataError, UnfittedEstimatorError,
                        UnsupportedEstimatorError, user_stacklevel)
-from ...problem import make_problem
 from .. import constraints as C
+from ._converted import (HOLD_COUNT, HOLD_PROBABILITY, STATIONARY_RTOL,  # noqa: F401
+                         expected_counts, listed, newton_step, simplex_hold, small_counts)
 from .categorical_hmm import CategoricalHMM, CategoricalHMMParams
 from .gaussian_hmm import GaussianHMM, GaussianHMMParams
 from .hmmlearn_prior import (HmmlearnCategoricalPrior, HmmlearnGaussianPrior,
@@ -45,13 +45,6 @@ from .poisson_hmm import PoissonHMM, PoissonHMMParams
 
 __all__ = ["from_hmmlearn", "hmmlearn_data"]
 
-#: an entry of a simplex whose expected count at the fit is below this is held fixed
-HOLD_COUNT = 1e-6
-#: without the data, an entry below this probability is held fixed
-HOLD_PROBABILITY = 1e-10
-#: the fit is stationary when the Newton step is below this times ``1 + ||u||`` (as
-#: :data:`approxcv.engine.diagnostics.INEXACT_FIT_RTOL`)
-STATIONARY_RTOL = 1e-4
 #: hmmlearn's fitted attributes, by class
 _FITTED = {"GaussianHMM": ("startprob_", "transmat_", "means_", "covars_"),
            "PoissonHMM": ("startprob_", "transmat_", "lambdas_"),
@@ -132,7 +125,7 @@ def from_hmmlearn(estimator, X=None, lengths=None):
     held.update(_held_at_boundary(params, held, None, zeros_only=data is not None))
     if data is not None:
         model = _model(cls, estimator, chain, _poisson_mle(k) if shares else emission, held)
-        counts = _expected_counts(model, params, data)
+        counts = expected_counts(model, params, data)
         if shares:
             emission = _poisson_shares(estimator, counts["occupancy"])
         held.update(_held_start(estimator, params, chain, data, held))
@@ -273,24 +266,16 @@ def _held_at_boundary(params, held, counts, zeros_only: bool = False) -> dict:
         if counts is None:
             small = p < (0.0 if zeros_only else HOLD_PROBABILITY)
         else:
-            rows = np.asarray(counts[field])
-            small = (p * rows[..., None] if p.ndim == rows.ndim + 1 else p * rows) < HOLD_COUNT
+            small = small_counts(p, counts[field])
         small |= p == 0
         if not small.any():
             continue
-        free = ~small
-        if p.ndim == 1:
-            free = free[None]
-        free[free.sum(-1) < 2] = False          # a row of one free entry has no coordinate
-        free = free.reshape(p.shape)
         entries = [f"{_ATTRIBUTES[field]}{[int(j) for j in i]} = {p[i]:.3g}"
                    for i in zip(*np.nonzero(small))]
-        shown = ", ".join(entries[:6]) + (f" and {len(entries) - 6} more" if len(entries) > 6
-                                          else "")
         why = "expected count below 1e-6 at the fit" if counts is not None else \
             f"below {HOLD_PROBABILITY:g}"
-        constraint = (C.Fixed(C.nested_tuple(p)) if not free.any() else
-                      C.PartlyFixedSimplex(_bools(free), C.nested_tuple(p)))
+        constraint = simplex_hold(p, small)
+        shown = listed(entries)
         out[field] = (constraint, [f"{shown} ({why}: a boundary EM only approaches)"])
     return out
 
@@ -306,20 +291,6 @@ def _held_start(est, params, chain, data, held) -> dict:
         "(one sequence: its likelihood is linear in startprob_, whose optimum is a vertex "
         "of the simplex that EM only approaches)"])}
 
-
-def _bools(mask):
-    return tuple(_bools(m) for m in mask) if np.ndim(mask) > 1 else tuple(bool(b) for b in mask)
-
-
-def _expected_counts(model, params, data) -> dict:
-    """Expected count of every row of each simplex at the fit: sequences for
-    ``initial_probs``, departures from each state for ``transition_matrix``, steps in each
-    state for ``emission_probs``; and ``occupancy`` (steps per state)."""
-    probs = model.predict_proba(params, data if isinstance(data, list) else [data])
-    occupancy = sum(p.sum(0) for p in probs)
-    departures = sum(p[:-1].sum(0) for p in probs)
-    return {"initial_probs": np.float64(len(probs)), "transition_matrix": departures,
-            "emission_probs": occupancy, "occupancy": occupancy}
 
 
 # --------------------------------------------------------------- stationary?
@@ -338,15 +309,9 @@ def _monitor(est) -> dict | None:
 def _stationarity(model, params, data, est) -> dict:
     """The Newton step ``||H^{-1} g||`` of hmmlearn's objective at its fit; an
     :class:`InexactFitWarning` that says what to call when it is not stationary."""
-    problem = make_problem(model, data, params)
-    ones = np.ones(problem.n_units)
-    u = np.asarray(problem.u_full)
-    grad = np.asarray(jax.grad(problem.fun)(u, ones, problem.data))
-    hess = np.asarray(jax.hessian(problem.fun)(u, ones, problem.data))
-    step = np.linalg.lstsq(hess, grad, rcond=None)[0]
-    grad_norm, step_norm = float(np.linalg.norm(grad)), float(np.linalg.norm(step))
-    stationary = step_norm <= STATIONARY_RTOL * (1.0 + float(np.linalg.norm(u)))
-    if not stationary:
+    check = newton_step(model, params, data)
+    grad_norm, step_norm = check["grad_norm"], check["newton_step_norm"]
+    if not check["stationary"]:
         mon = _monitor(est)
         ran = ("" if mon is None else
                f" (hmmlearn ran {mon['iter']} of n_iter={mon['n_iter']} EM iterations"
@@ -359,8 +324,7 @@ def _stationarity(model, params, data, est) -> dict:
             "n_iter and a smaller tol, e.g. n_iter=1000, tol=1e-8, starting from this fit "
             "with init_params=\"\"), or refit its objective in approxcv: params = "
             "model.fit(data)", InexactFitWarning, stacklevel=user_stacklevel())
-    return {"grad_norm": grad_norm, "newton_step_norm": step_norm,
-            "stationary": bool(stationary)}
+    return check
 
 
 # ------------------------------------------------------------------- arrays
