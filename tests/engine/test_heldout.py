@@ -13,6 +13,7 @@ import pytest
 from scipy import special, stats
 
 import approxcv as acv
+from approxcv.engine import error_estimate
 from approxcv.optim import batched_newton_minimize
 from tests.conftest import simulate_poisson_hmm
 
@@ -207,10 +208,13 @@ def test_iid_exact_is_the_closed_form_refit(iid, kind):
     check_approximations(model, data, folds, ex, params=params)
 
 
-def test_iid_matrix_free_ij_and_ridge_newton_step_on_partial_folds(iid):
+def test_iid_matrix_free_ij_and_ridge_newton_step_on_partial_folds(iid, monkeypatch):
     """The matrix-free IJ equals the dense one on partial folds; ridge's NS (the GLM fast
     path, exact for a quadratic objective) equals its exact refits, and its fold loss is the
-    scored samples' losses only."""
+    scored samples' losses only. The dense estimate's second round for slow folds
+    (``error_estimate.SLOW_RATE``) has no matrix-free counterpart yet, so it is switched
+    off here: the test compares the same two chord steps, solved two ways."""
+    monkeypatch.setattr(error_estimate, "SLOW_RATE", np.inf)
     model, data, params = iid
     folds = acv.folds.hblock(len(data["y"]), 5, 2)
     kw = dict(params=params, progress=False, warn=False)
