@@ -100,3 +100,13 @@ def test_tol_is_the_relative_error_of_the_fold_loss(data):
                                    params=at(ORDINARY), tol=0.5, progress=False)
     assert loose.unreliable.sum() <= res.unreliable.sum()
     assert loose.diagnostics["tol"] == 0.5
+
+
+def test_a_gps_own_estimator_reports_its_stage_time(data):
+    """Every result carries ``stage_seconds`` (issue 59): a GP's own estimator is timed as
+    one stage, ``"estimator"``, within the result's own wall time."""
+    model = acv.models.GP("probit", inference="laplace")
+    res = _run(model, data, acv.folds.leave_one_out(N), "la", ORDINARY)
+    stages = res.stage_seconds
+    assert stages["estimator"] > 0
+    assert sum(stages.values()) <= res.seconds * (1 + 1e-9) + 1e-6
