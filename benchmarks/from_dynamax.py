@@ -16,7 +16,8 @@ the series each) with its unreliable folds, and exact refits of dynamax's object
 every fold: the IJ's relative error, and whether every fold more than 1 % off is flagged.
 The same at approxcv's own multi-start fit of dynamax's objective (``acv_model.fit(x)``),
 with its objective against dynamax's point: where dynamax's EM stopped at a poorer local
-optimum, that is visible here.
+optimum, ``from_dynamax`` says so (``optimum_check``, a ``LocalOptimumWarning``) and every
+IJ fold at dynamax's point is marked.
 
     python benchmarks/from_dynamax.py [--quick]      # quick: 8 folds
 """
@@ -95,6 +96,7 @@ def one_series(name: str, kind: str, x: np.ndarray, n_folds: int) -> dict:
             acv_model.predict(acv_params, x),
             np.asarray(model.most_likely_states(params, jnp.asarray(x))))),
         "stationary": check["stationary"],
+        "optimum_check": check.get("optimum_check"),
         "newton_step_at_dynamax_fit": check["newton_step_norm"],
         "n_folds": n_folds, "ij_seconds": ij.seconds, "exact_seconds": ex.seconds,
         "n_unreliable_ij": int(flagged.sum()),

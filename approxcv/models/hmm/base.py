@@ -138,6 +138,9 @@ class HMM(ChainWindows, Model):
         self.fit_em = type(self).fit_em if fit_em is None else bool(fit_em)
         self.start_subsample = (None if start_subsample is None else
                                 check_positive_int("start_subsample", start_subsample))
+        #: parameter sets known to be a poorer local optimum of this model's objective than
+        #: another fit of it found, each with why (:meth:`mark_poorer_fit`)
+        self.poorer_fits_ = []
         self.fit_result_: dict | None = None
 
     # ----------------------------------------------------------------- data
@@ -535,21 +538,34 @@ class HMM(ChainWindows, Model):
         return params
 
     def fit_concerns(self, params, data=None, level: str | None = None) -> dict:
-        """``{"coinciding_states": message}`` when states of ``params`` that carry data
-        have the same emission parameters
+        """``{"poorer_local_optimum": message}`` when ``params`` were recorded as a poorer
+        local optimum (:meth:`mark_poorer_fit`); ``{"coinciding_states": message}`` when
+        states of ``params`` that carry data have the same emission parameters
         (:func:`~approxcv.models.hmm._collapse.coinciding_states`: a symmetric stationary
         point, whose derivatives describe the wrong basin), else ``{}``. Coinciding
         (almost) empty states — all at their prior's mode — are the empty states that
         :class:`~approxcv.errors.EmptyStateWarning` reports, not a concern here."""
+        concerns = {"poorer_local_optimum": why for p, why in self.poorer_fits_
+                    if _same_params(p, params)}
         groups = coinciding_states(self, params)
         if groups and data is not None:
             seqs = self.prepare(data, level)[0]
             groups = occupied(groups, state_occupancy(self, params, seqs), seqs)
-        if not groups:
-            return {}
-        return {"coinciding_states": f"{describe_groups(groups)} of the fit coincide (same "
-                                     "emission parameters): a symmetric stationary point "
-                                     "that may not be the optimum"}
+        if groups:
+            concerns["coinciding_states"] = (f"{describe_groups(groups)} of the fit coincide "
+                                             "(same emission parameters): a symmetric "
+                                             "stationary point that may not be the optimum")
+        return concerns
+
+    def mark_poorer_fit(self, params, why: str) -> None:
+        """Record ``params`` as a poorer local optimum of this model's objective (``why``:
+        how much poorer, than what): :meth:`fit_concerns` at these parameters then reports
+        ``"poorer_local_optimum"`` and cross-validation at them marks every approximate
+        fold (an estimate around a local optimum describes that basin, while refits may
+        leave it). :func:`~approxcv.models.from_hmmlearn` and
+        :func:`~approxcv.models.from_dynamax` call it when approxcv's own fit of the
+        converted objective is lower."""
+        self.poorer_fits_.append((_flat_params(params), str(why)))
 
     #: fields of ``params_type`` holding one row of emission parameters per state (state
     #: axis first); states whose rows coincide are found by
@@ -853,3 +869,15 @@ def check_array(x, name: str, ndim: int, dtype_kind: str = "f") -> np.ndarray:
         raise InvalidDataError(f"`{name}` needs at least 2 time steps, got {arr.shape[0]}")
     arr = check_finite(name, arr)
     return arr.astype(np.float64) if dtype_kind == "f" else arr
+
+
+def _flat_params(params) -> np.ndarray:
+    """Every leaf of ``params`` as float64, flattened and concatenated."""
+    return np.concatenate([np.ravel(np.asarray(a, np.float64)) for a in params])
+
+
+def _same_params(flat: np.ndarray, params) -> bool:
+    """``params`` equal to the flattened set ``flat`` (to 1e-12 of each entry: the same
+    fit, passed back as other arrays)."""
+    other = _flat_params(params)
+    return other.shape == flat.shape and bool(np.allclose(other, flat, rtol=1e-12, atol=0))

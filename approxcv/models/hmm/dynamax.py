@@ -27,8 +27,10 @@ records them):
 * ``initial.probs`` of one sequence when every initial concentration is ``<= 1``: the
   objective is then non-decreasing towards a vertex of the simplex.
 
-With ``emissions`` (as given to ``fit_em``) the fit is checked to be a stationary point of
-its objective (the Newton step, as ``cross_validate`` measures it); where it is not —
+With ``emissions`` (as given to ``fit_em``) the fit is checked to be the optimum approxcv's
+own fit of the same objective finds (else it is a poorer local optimum of EM, and every
+approximate fold at it is marked: :func:`~approxcv.models.hmm._converted.poorer_optimum`),
+and to be a stationary point of its objective (the Newton step, as ``cross_validate`` measures it); where it is not —
 ``fit_em``'s default ``num_iters=50`` may stop early, ``SphericalGaussianHMM``'s M-step is
 50 Adam steps, ``fit_sgd`` stops where it stops — an
 :class:`~approxcv.errors.InexactFitWarning` says what to call. ``model.fit_result_``
@@ -45,7 +47,7 @@ from ...errors import (ArgumentTypeError, HeldFixedWarning, InexactFitWarning,
                        UnsupportedEstimatorError, user_stacklevel)
 from .. import constraints as C
 from ._converted import (HOLD_PROBABILITY, expected_counts, listed, newton_step,
-                         simplex_hold, small_counts)
+                         poorer_optimum, simplex_hold, small_counts)
 from .categorical_hmm import CategoricalHMM, CategoricalHMMParams
 from .dynamax_prior import (DynamaxCategoricalPrior, DynamaxNIGPrior, DynamaxPoissonPrior,
                             DynamaxSphericalPrior)
@@ -99,7 +101,7 @@ def dynamax_data(emissions):
     return x[0] if len(x) == 1 else list(x)
 
 
-def from_dynamax(model, params, props=None, emissions=None):
+def from_dynamax(model, params, props=None, emissions=None, check_optimum: bool = True):
     """``(acv_model, acv_params)``: a fitted dynamax HMM as an approxcv model and its
     parameters, with dynamax's objective (module docstring).
 
@@ -113,6 +115,12 @@ def from_dynamax(model, params, props=None, emissions=None):
         emissions: optional, the data as given to ``fit_em``. With it, the entries the data
             cannot move are found by their expected counts and the fit is checked to be
             stationary (module docstring).
+        check_optimum: with ``emissions``, also fit dynamax's objective in approxcv (the
+            model's starts and dynamax's fit; about the cost of one fit): where that finds
+            a lower optimum, dynamax's EM stopped at a poorer local one, which is warned
+            (:class:`~approxcv.errors.LocalOptimumWarning`) and recorded, so that
+            cross-validation at ``acv_params`` marks every approximate fold
+            (``fit_result_["optimum_check"]`` records the two objectives).
 
     Returns:
         ``(acv_model, acv_params)``; pass them and ``dynamax_data(emissions)`` to
@@ -165,6 +173,9 @@ def from_dynamax(model, params, props=None, emissions=None):
                              "held": list(acv_model.prior.reasons)}
     if data is not None:
         acv_model.fit_result_.update(_stationarity(acv_model, acv_params, data, name))
+        if check_optimum:
+            acv_model.fit_result_.update(poorer_optimum(acv_model, acv_params, data,
+                                                        f"dynamax's {name} fit"))
     return acv_model, acv_params
 
 

@@ -22,8 +22,11 @@ fold's estimate divides by ~0:
 With the data (``X``, ``lengths``: as given to ``estimator.fit``) the fit is checked to be a
 stationary point of its objective (the Newton step, as ``cross_validate`` measures it); where
 it is not — hmmlearn's defaults stop after ``n_iter=10`` EM steps or at a gain below
-``tol=1e-2`` — an :class:`~approxcv.errors.InexactFitWarning` says what to call.
-``model.fit_result_`` records the check.
+``tol=1e-2`` — an :class:`~approxcv.errors.InexactFitWarning` says what to call. It is
+also checked to be the optimum approxcv's own fit of the same objective finds (else it is a
+poorer local optimum of EM, and every approximate fold at it is marked:
+:func:`~approxcv.models.hmm._converted.poorer_optimum`). ``model.fit_result_`` records the
+checks.
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from ...errors import (ArgumentTypeError, HeldFixedWarning, InexactFitWarning,
                        UnsupportedEstimatorError, user_stacklevel)
 from .. import constraints as C
 from ._converted import (HOLD_COUNT, HOLD_PROBABILITY, STATIONARY_RTOL,  # noqa: F401
-                         expected_counts, listed, newton_step, simplex_hold, small_counts)
+                         expected_counts, listed, newton_step, poorer_optimum, simplex_hold,
+                         small_counts)
 from .categorical_hmm import CategoricalHMM, CategoricalHMMParams
 from .gaussian_hmm import GaussianHMM, GaussianHMMParams
 from .hmmlearn_prior import (HmmlearnCategoricalPrior, HmmlearnGaussianPrior,
@@ -80,7 +84,7 @@ def hmmlearn_data(X, lengths=None):
     return list(np.split(X, np.cumsum(lengths)[:-1]))
 
 
-def from_hmmlearn(estimator, X=None, lengths=None):
+def from_hmmlearn(estimator, X=None, lengths=None, check_optimum: bool = True):
     """``(model, params)``: a fitted hmmlearn model as an approxcv model and its parameters.
 
     Args:
@@ -91,6 +95,12 @@ def from_hmmlearn(estimator, X=None, lengths=None):
             ``fit``). With them, the parameters the data cannot move are found by their
             expected counts and the fit is checked to be stationary (module docstring);
             needed for a ``PoissonHMM`` with a ``lambdas_prior`` or ``lambdas_weight``.
+        check_optimum: with ``X``, also fit hmmlearn's objective in approxcv (the model's
+            starts and hmmlearn's fit; about the cost of one fit): where that finds a lower
+            optimum, hmmlearn's EM stopped at a poorer local one, which is warned
+            (:class:`~approxcv.errors.LocalOptimumWarning`) and recorded, so that
+            cross-validation at ``params`` marks every approximate fold
+            (``fit_result_["optimum_check"]`` records the two objectives).
 
     Returns:
         ``(model, params)``; pass ``model``, ``params`` and ``hmmlearn_data(X, lengths)``
@@ -141,6 +151,9 @@ def from_hmmlearn(estimator, X=None, lengths=None):
                          "monitor": _monitor(estimator)}
     if data is not None:
         model.fit_result_.update(_stationarity(model, params, data, estimator))
+        if check_optimum:
+            model.fit_result_.update(poorer_optimum(model, params, data,
+                                                    f"hmmlearn's {name} fit"))
     return model, params
 
 

@@ -63,3 +63,41 @@ def test_bad_estimators_are_refused_by_name():
         acv.models.from_hmmlearn(tied)
     with pytest.raises(UnsupportedEstimatorError):
         acv.models.from_hmmlearn(object())
+
+
+def test_an_em_fit_at_a_poorer_optimum_is_warned_and_every_fold_marked():
+    """Three regimes (N(0, 1), N(0, 9), N(4, 1)) and two states: hmmlearn's EM from means
+    (0, 4) and variances (1, 9) stops at the variance split, a local optimum ~11 nats above
+    the mean split that approxcv's own fit of hmmlearn's objective finds. ``from_hmmlearn``
+    warns (``LocalOptimumWarning``, the gap named) and records the check, every IJ fold at
+    hmmlearn's point is marked; at the better fit nothing is; ``check_optimum=False`` skips
+    the check."""
+    rng = np.random.default_rng(0)
+    z = np.repeat(rng.integers(0, 3, 12), 10)
+    X = (np.array([0.0, 0.0, 4.0])[z]
+         + np.array([1.0, 3.0, 1.0])[z] * rng.standard_normal(len(z)))[:, None]
+    est = hmm.GaussianHMM(2, "diag", init_params="st", n_iter=5000, tol=1e-12,
+                          random_state=0, startprob_prior=2.0, transmat_prior=2.0)
+    est.means_, est.covars_ = np.array([[0.0], [4.0]]), np.array([[1.0], [9.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X)
+    with pytest.warns(acv.errors.LocalOptimumWarning, match="nats above"):
+        model, params = acv.models.from_hmmlearn(est, X)
+    check = model.fit_result_["optimum_check"]
+    assert model.fit_result_["stationary"] and check["poorer"] and check["gap"] > 1.0
+    assert "poorer_local_optimum" in model.fit_concerns(params, X)
+    folds = acv.folds.contiguous(len(X), 0.1, 4, seed=0)
+    ij = acv.cross_validate(model, X, folds, "ij", params=params, progress=False, warn=False)
+    assert ij.unreliable.all()
+    assert "fit_may_not_be_optimum" in ij.diagnostics["unreliable_causes"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        best = model.fit(X)
+    assert model.fit_concerns(best, X) == {}
+    assert float(model.objective(best, X, np.ones(len(X)))) < check["objective"] - 1.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        unchecked, _ = acv.models.from_hmmlearn(est, X, check_optimum=False)
+    assert not any(w.category is acv.errors.LocalOptimumWarning for w in caught)
+    assert "optimum_check" not in unchecked.fit_result_
