@@ -12,6 +12,7 @@ from ._progress import counting_first
 from ._sizes import length_bucket
 from ._validate import check_choice
 from .engine.audit import audit_folds
+from .engine.other_basins import mark_other_basins
 from .engine.heldout import heldout_losses
 from .engine.diagnostics import (estimate_causes, mark_fit_concerns, record_unreliable,
                                  unreliable_causes)
@@ -239,6 +240,11 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                 params_flat, fold_loss, points = (np.asarray(a)[:k]
                                                   for a in (params_flat, fold_loss, points))
                 trim_per_fold(diagnostics, k)
+            if local and problem.estimators is None:
+                mark_other_basins(diagnostics, problem, params_flat, index[:len(folds)],
+                                  [flat_params(model, p)[0] for p in getattr(
+                                      model, "known_optima", lambda *a: [])(
+                                          params, prepared, level)], stages)
             if opts.in_sample:               # log p(x_o | x_kept; theta_full): p = lpd - elpd
                 t_in = time.perf_counter()
                 full = np.broadcast_to(np.asarray(problem.u_full),
@@ -270,3 +276,4 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                         diagnostics=diagnostics, fit_seconds=fit_seconds,
                         fingerprint=result_fingerprint(model.comparable_data(data), folds,
                                                         level))
+

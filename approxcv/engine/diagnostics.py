@@ -131,6 +131,9 @@ UNRELIABLE_CAUSES = {
                               "optimum (diagnostics['fit_concerns'])",
     "fit_not_best_optimum": "an exact refit found a lower full-data objective than the fit "
                             "(diagnostics['better_optimum_folds'])",
+    "other_basin": "a known local optimum of another basin (where another start of the fit "
+                   "ended) is lower on the fold's objective than the estimate "
+                   "(diagnostics['other_basin_gap'])",
 }
 
 #: what a user can do about each cause, said in the unreliable-fold warning
@@ -154,6 +157,8 @@ UNRELIABLE_REMEDIES = {
                               "init_params) or fewer states, or use method='exact'",
     "fit_not_best_optimum": "refit the model from the better refit (model.fit(data, "
                             "init_params=result.fold_params(i))) and rerun",
+    "other_basin": "method='exact' refits such folds (their optimum may lie in the other "
+                   "basin, which no local estimate follows)",
 }
 
 

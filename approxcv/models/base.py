@@ -35,7 +35,9 @@ accelerator, :mod:`approxcv._placement`; default ``None``) and, for ERM,
 ``glm_structure``, ``batched_refit`` and ``fold_check`` (below), ``own_estimators``
 (a model that computes its cross-validation methods itself: Gaussian processes) and
 ``fit_concerns(params, data)`` (reasons the fit may not be the optimum, e.g. an HMM's
-coinciding states; every fold of an approximate method is then marked).
+coinciding states; every fold of an approximate method is then marked) and
+``known_optima(params, data)`` (other local optima: a fold's estimate above one of them on
+the fold's objective is marked ``"other_basin"``).
 
 Parameters are checked at every entry point: a subclass's methods named in
 :data:`PARAMS_ENTRY_POINTS` (``objective``, ``heldout_loss``, ``predict``, ...) are wrapped
@@ -329,6 +331,14 @@ class Model:
         ``diagnostics["fit_concerns"]`` and marks every fold of an approximate method
         unreliable (cause ``"fit_may_not_be_optimum"``). Default: none."""
         return {}
+
+    def known_optima(self, params, data=None, level: str | None = None) -> list:
+        """Parameter sets of other local optima of this model's objective known besides
+        ``params`` (e.g. where the fit's other starts ended). ``cross_validate`` marks a
+        fold of an approximate method ``"other_basin"`` where one of them is lower on the
+        fold's objective than the fold's estimate
+        (:mod:`approxcv.engine.other_basins`). Default: none."""
+        return []
 
     def own_estimators(self, params, data) -> dict | None:
         """``{method name: fn(folds, options) -> (fold_loss (F,), points (F, m),

@@ -23,6 +23,7 @@ model). Each emission family supplies the draws (``_sample_emissions``) and the 
 """
 from __future__ import annotations
 
+import itertools
 import warnings
 from functools import partial
 from typing import NamedTuple
@@ -55,6 +56,11 @@ from ..base import Model, check_weights, left_out
 from ...problem import flat_params, make_problem
 
 LEVELS = ("within", "structure")
+
+
+#: :meth:`HMM.known_optima` recognises relabelled optima (states permuted) up to this many
+#: states (7! = 5,040 permutations); above it only an identical optimum counts as the same
+MAX_RELABEL_STATES = 7
 
 
 class Sequences(NamedTuple):
@@ -582,6 +588,7 @@ class HMM(ChainWindows, Model):
         finished = em is not None and em.u is not None
         if finished and not self.n_perturb:
             self.fit_result_ = em.record
+            self._keep_start_optima(obj)
             return check_occupancy(self, self.params_type(*obj.unravel(em.u)), seqs,
                                    em.occupancy)
         solve, limit = self._fit_solver(obj.fun, obj.scale, obj.u_full.size)
@@ -594,7 +601,72 @@ class HMM(ChainWindows, Model):
             res = solve(u0s, np.ones((len(starts), n)))
             best_u = self._best_start(res, limit, **({} if em is None else {
                 "method": "bfgs", "em_steps": em.steps}))
+        self._keep_start_optima(obj)
         return check_occupancy(self, self._perturbation_restarts(solve, obj, best_u), seqs)
+
+    def _keep_start_optima(self, obj) -> None:
+        """``fit_result_["start_optima"]``: the end points of the starts that converged
+        (EM, or BFGS + Newton), as parameter sets, from the record's ``start_u``."""
+        record = self.fit_result_
+        ends = np.asarray(record.pop("start_u", np.zeros((0, obj.u_full.size))))
+        done = np.asarray(record["em_converged"] if record.get("method") == "em"
+                          else record.get("converged", np.zeros(len(ends), bool)), bool)
+        keep = done & np.all(np.isfinite(ends), axis=1)
+        record["start_optima"] = [self.params_type(*(np.asarray(a, np.float64)
+                                                     for a in obj.unravel(u)))
+                                  for u in ends[keep]]
+
+    def known_optima(self, params, data=None, level: str | None = None) -> list:
+        """Other local optima of the objective known besides ``params``: where the last
+        fit's converged starts ended (``fit_result_["start_optima"]``) and the poorer fits
+        recorded by :meth:`mark_poorer_fit`, each once, those at ``params`` left out (their
+        end points differ from it by more than 1e-3 of its scale in some entry)."""
+        record = self.fit_result_ or {}
+        here = _flat_params(params)
+        out, seen = [], [self._relabellings(params)]
+        for p in list(record.get("start_optima", [])) + [
+                self._unflat(f, params) for f, _ in self.poorer_fits_ if f.shape == here.shape]:
+            flat = _flat_params(p)
+            if flat.shape != here.shape or not np.all(np.isfinite(flat)):
+                continue
+            if any(_near(flat, other) for group in seen for other in group):
+                continue
+            seen.append(self._relabellings(p))
+            out.append(p)
+        return out
+
+    def _relabellings(self, params) -> list:
+        """``params`` under every permutation of the states (flattened; the identity alone
+        above :data:`MAX_RELABEL_STATES` states): the same optimum, relabelled — the
+        initial distribution, the rows and columns of the transition matrix and every
+        :attr:`state_emission_fields` permuted together."""
+        k = self.n_states
+        perms = (itertools.permutations(range(k)) if k <= MAX_RELABEL_STATES
+                 else [tuple(range(k))])
+        emission = set(self.state_emission_fields)
+        out = []
+        for perm in perms:
+            perm = np.asarray(perm)
+            fields = []
+            for i, (name, a) in enumerate(zip(type(params)._fields, params)):
+                a = np.asarray(a, np.float64)
+                if i == 1:
+                    a = a[np.ix_(perm, perm)]
+                elif i == 0 or name in emission:
+                    a = a[perm]
+                fields.append(a)
+            out.append(_flat_params(fields))
+        return out
+
+    def _unflat(self, flat, like):
+        """The flattened parameter set ``flat`` (:func:`_flat_params`) in the structure of
+        ``like``."""
+        out, at = [], 0
+        for a in like:
+            a = np.asarray(a)
+            out.append(np.asarray(flat[at:at + a.size]).reshape(a.shape))
+            at += a.size
+        return type(like)(*out)
 
     def _uses_em(self, problem) -> bool:
         """EM first (:mod:`approxcv.models.hmm.em`) unless the model opts out
@@ -881,3 +953,8 @@ def _same_params(flat: np.ndarray, params) -> bool:
     fit, passed back as other arrays)."""
     other = _flat_params(params)
     return other.shape == flat.shape and bool(np.allclose(other, flat, rtol=1e-12, atol=0))
+
+
+def _near(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same optimum: ``|a - b| <= 1e-3 (1 + max|b|)`` in every entry."""
+    return a.shape == b.shape and bool(np.all(np.abs(a - b) <= 1e-3 * (1 + np.max(np.abs(b)))))

@@ -180,6 +180,7 @@ def em_fit(model, problem, u0s, seqs, level: str) -> EMFit:
     norms[best] = grad_norm
     record = {"objective": values, "converged": converged, "grad_norm": norms,
               "num_steps": steps, "best": best, "method": "em",
-              "em_converged": np.asarray(res.converged), "final_objective": float(value),
+              "em_converged": np.asarray(res.converged), "start_u": np.asarray(res.u),
+              "final_objective": float(value),
               "final_grad_norm": float(grad_norm)}
     return EMFit(u, record, occupancy(at_fit.stats, seqs, level)[0], steps)

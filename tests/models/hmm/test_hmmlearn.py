@@ -95,6 +95,8 @@ def test_an_em_fit_at_a_poorer_optimum_is_warned_and_every_fold_marked():
         warnings.simplefilter("ignore")
         best = model.fit(X)
     assert model.fit_concerns(best, X) == {}
+    others = model.known_optima(best, X)               # hmmlearn's point: another basin
+    assert any(np.allclose(o.means, params.means) for o in others)
     assert float(model.objective(best, X, np.ones(len(X)))) < check["objective"] - 1.0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
