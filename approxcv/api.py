@@ -12,16 +12,15 @@ from ._progress import counting_first
 from ._sizes import length_bucket
 from ._validate import check_choice
 from .engine.audit import audit_folds
-from .engine.other_basins import mark_other_basins
-from .engine.heldout import heldout_losses
-from .engine.diagnostics import (estimate_causes, mark_fit_concerns, record_unreliable,
-                                 unreliable_causes)
-from .engine.error_estimate import estimate_errors, screened_estimate_errors
+from .engine.diagnostics import mark_fit_concerns, record_unreliable
+from .engine.error_estimate import finish_error_estimate
 from .engine.fingerprint import result_fingerprint
-from .engine.fold_buckets import bucketed, trim_per_fold
+from .engine.fold_buckets import bucketed, unpad_folds
+from .engine.heldout import in_sample_lpd, method_heldout_losses, scored_points
 from .engine.options import Options
 from .engine.registry import get_method
 from .engine.methods.exact import default_restarts
+from .engine.other_basins import mark_other_basins
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .folds import as_folds, future_origins
 from .models.base import check_model
@@ -49,21 +48,6 @@ def _in_problem_units(problem, folds, n_units: int):
     return folds.in_units(problem.n_units, length_bucket(int(folds.sizes.max())))
 
 
-def _scored_points(points, run_folds, n_folds: int, flat: bool = False):
-    """The point losses of the scored units of the first ``n_folds`` folds (the user's),
-    from ``points`` ``(n_folds', m)`` at the positions of ``run_folds.padded()``: a list of
-    arrays, one per fold (``flat``: concatenated)."""
-    points = np.asarray(points)[:n_folds]
-    sizes = run_folds.scored_sizes[:n_folds]
-    if run_folds.partial:
-        picked = points[run_folds.scored_mask()[:n_folds]]
-    elif np.all(sizes == points.shape[1]) and not flat:
-        return list(points)                  # folds of one size: rows, no copy
-    else:
-        picked = points[np.arange(points.shape[1]) < sizes[:, None]]
-    return picked if flat else np.split(picked, np.cumsum(sizes)[:-1])
-
-
 def _run_folds(method, model, problem, folds, opts):
     """The folds the method runs on: ``folds`` padded to a bucket size
     (:func:`~approxcv.engine.fold_buckets.bucketed`) for the engine's dense ``ij`` and
@@ -78,6 +62,58 @@ def _run_folds(method, model, problem, folds, opts):
             or not opts.dense(dim, problem.n_units)):
         return folds
     return bucketed(folds)
+
+
+def _checked_options(options: dict, scheme: str, level) -> Options:
+    """The run's :class:`~approxcv.engine.options.Options`, every option, ``scheme`` and
+    ``level`` checked (unknown names refused by name)."""
+    unknown = sorted(set(options) - set(_OPTION_NAMES))
+    if unknown:
+        raise ArgumentTypeError(f"cross_validate() got unknown option(s) {unknown}; "
+                                f"options are {list(_OPTION_NAMES)}")
+    check_choice("scheme", scheme, ("A", "B"))
+    check_choice("level", level, ("within", "structure", None))
+    return Options(**options)
+
+
+def _check_method_options(opts, method: str, local: bool, refits: bool, future: bool):
+    """Refuse, by name, options that do not apply to ``method`` (on these folds:
+    ``future``, leave-future-out)."""
+    for name in ("checkpoint", "restarts"):
+        if getattr(opts, name) is not None and not refits:
+            raise InvalidArgumentError(f"`{name}` applies to methods that refit folds "
+                                       f"(e.g. 'exact'); method={method!r} does not use it")
+    if opts.audit and not local and refits:
+        raise InvalidArgumentError("`audit` measures an approximate method against exact "
+                                   f"refits; method={method!r} refits every fold itself")
+    if opts.refit_every is not None and (method != "auto" or not future):
+        raise InvalidArgumentError(
+            "`refit_every` applies to method='auto' on leave-future-out folds "
+            "(acv.folds.leave_future_out: every fold removes a suffix of the units); got "
+            f"method={method!r}" + ("" if future else " and folds that are not "
+                                    "leave-future-out"))
+
+
+def _problem(model, prepared, params, scheme, level, local: bool, refits: bool, opts):
+    """The engine's :class:`~approxcv.problem.Problem` of ``model`` at ``params``: with
+    the exact refits' restarts (``opts.restarts``, else by size) and, for a method that
+    refits beside a local surrogate (``auto``) or for ``audit``, ``for_refits``: the
+    problem of the model itself with its starts."""
+    dim = int(flat_params(model, params)[0].shape[0])
+    default = default_restarts(dim, getattr(model, "refit_restarts", None))
+    restarts = 0 if not refits else default if opts.restarts is None else int(opts.restarts)
+    problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
+                           restarts=restarts, checked=True)
+    if (opts.audit or opts.in_sample) and problem.estimators is not None:
+        raise InvalidArgumentError(
+            f"`{'audit' if opts.audit else 'in_sample'}` evaluates the engine's refits or "
+            f"held-out losses; {model!r} computes its own methods (method='exact' refits "
+            "every fold, 'auto' the folds it cannot vouch for)")
+    if opts.audit or (local and refits):     # exact refits of the model itself, with starts
+        problem = problem._replace(for_refits=functools.partial(
+            make_problem, model, prepared, params, scheme=scheme, level=level, checked=True,
+            restarts=restarts if refits else default))
+    return problem
 
 
 def cross_validate(model, data, folds, method: str | None = None, *, params=None,
@@ -143,13 +179,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         >>> model = acv.models.PoissonHMM(2)
         >>> res = acv.cross_validate(model, x, acv.folds.iid(1000, 0.1, 50), method="ij")
     """
-    unknown = sorted(set(options) - set(_OPTION_NAMES))
-    if unknown:
-        raise ArgumentTypeError(f"cross_validate() got unknown option(s) {unknown}; "
-                                f"options are {list(_OPTION_NAMES)}")
-    check_choice("scheme", scheme, ("A", "B"))
-    check_choice("level", level, ("within", "structure", None))
-    opts = Options(**options)  # every option checked before the data are touched
+    opts = _checked_options(options, scheme, level)   # before the data are touched
     check_model(model)
     # the model's work on its device (:mod:`approxcv._placement`); warnings keep pointing
     # at the caller (no extra frame)
@@ -158,21 +188,9 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         fn, local, refits = get_method(method)
         prepared, level, n_units = model.prepare(data, level)
         opts = dataclasses.replace(opts, level=level)
-        for name in ("checkpoint", "restarts"):
-            if getattr(opts, name) is not None and not refits:
-                raise InvalidArgumentError(f"`{name}` applies to methods that refit folds "
-                                           f"(e.g. 'exact'); method={method!r} does not use it")
-        if opts.audit and not local and refits:
-            raise InvalidArgumentError("`audit` measures an approximate method against exact "
-                                       f"refits; method={method!r} refits every fold itself")
         folds = as_folds(folds, n_units)
         future = future_origins(folds) is not None
-        if opts.refit_every is not None and (method != "auto" or not future):
-            raise InvalidArgumentError(
-                "`refit_every` applies to method='auto' on leave-future-out folds "
-                "(acv.folds.leave_future_out: every fold removes a suffix of the units); got "
-                f"method={method!r}" + ("" if future else " and folds that are not "
-                                        "leave-future-out"))
+        _check_method_options(opts, method, local, refits, future)
         fit_seconds = None
         if params is None:
             t = time.perf_counter()
@@ -181,99 +199,44 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
         params = model.check_params(params, prepared, level)
         concerns = dict(getattr(model, "fit_concerns", lambda *a: {})(params, prepared, level))
         t_start = time.perf_counter()
-        restarts = 0
-        if refits:
-            dim = int(flat_params(model, params)[0].shape[0])
-            restarts = (default_restarts(dim, getattr(model, "refit_restarts", None))
-                        if opts.restarts is None else int(opts.restarts))
-        problem = make_problem(model, prepared, params, scheme=scheme, level=level, local=local,
-                               restarts=restarts, checked=True)
-        if (opts.audit or opts.in_sample) and problem.estimators is not None:
-            raise InvalidArgumentError(
-                f"`{'audit' if opts.audit else 'in_sample'}` evaluates the engine's refits or "
-                f"held-out losses; {model!r} computes its own methods (method='exact' refits "
-                "every fold, 'auto' the folds it cannot vouch for)")
-        if opts.audit or (local and refits):     # exact refits of the model itself, with starts
-            dim = int(problem.u_full.shape[0])
-            problem = problem._replace(for_refits=functools.partial(
-                make_problem, model, prepared, params, scheme=scheme, level=level, checked=True,
-                restarts=restarts if refits else default_restarts(
-                    dim, getattr(model, "refit_restarts", None))))
+        problem = _problem(model, prepared, params, scheme, level, local, refits, opts)
         run_folds = _run_folds(method, model, problem,
                                _in_problem_units(problem, folds, n_units), opts)
         with counting_first(len(folds)):     # bars count the user's folds, not padding
             params_flat, diagnostics = fn(problem, run_folds, opts)
             stages = dict(diagnostics.pop("stage_seconds", {}))
-            t_heldout = time.perf_counter()
-            index, unscored = run_folds.padded(), run_folds.unscored_padded()
-            if "heldout" in diagnostics:             # the method evaluated its folds already
-                fold_loss, points = diagnostics.pop("heldout")
-            else:                   # -log p(x_S | x_K): R \ S's term taken off
-                fold_loss, points = heldout_losses(problem, params_flat, index, opts.batch_size,
-                                                   opts.progress, diagnostics,
-                                                   unscored=unscored)
-            stages["heldout"] = stages.get("heldout", 0.0) + time.perf_counter() - t_heldout
-            diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
-            if "chord_screen" in diagnostics or "chord_correction" in diagnostics:
-                t_est = time.perf_counter()          # ij, ns: every fold's error estimate
-                if "chord_screen" in diagnostics:    # ij: the screen, two steps where needed
-                    est, _, rate, full = screened_estimate_errors(
-                        problem, params_flat, fold_loss, index,
-                        diagnostics.pop("chord_screen"), opts.tol, opts.batch_size,
-                        opts.progress, unscored=unscored)
-                    screened = np.ones(len(run_folds), bool)
-                    screened[full] = False
-                    diagnostics["error_estimate_screened"] = screened
-                else:
-                    est = estimate_errors(problem, params_flat, fold_loss, index,
-                                          diagnostics.pop("chord_correction"), opts.batch_size,
-                                          opts.progress, points=False, unscored=unscored)[0]
-                    rate = diagnostics["chord_rate"]
-                diagnostics["chord_rate"] = np.asarray(rate)
-                causes = unreliable_causes(diagnostics.get("unreliable"), len(run_folds))
-                causes.update(estimate_causes(est, rate, opts.tol))
-                diagnostics.update(error_estimate=est, unreliable=causes, tol=opts.tol)
-                stages["error_estimate"] = (stages.get("error_estimate", 0.0)
-                                            + time.perf_counter() - t_est)
-            if len(run_folds) > len(folds):          # the padding folds' results dropped
-                k = len(folds)
-                params_flat, fold_loss, points = (np.asarray(a)[:k]
-                                                  for a in (params_flat, fold_loss, points))
-                trim_per_fold(diagnostics, k)
+            fold_loss, points = method_heldout_losses(problem, params_flat, run_folds,
+                                                      diagnostics, opts, stages)
+            finish_error_estimate(problem, params_flat, fold_loss, run_folds, diagnostics,
+                                  opts, stages)
+            params_flat, fold_loss, points = unpad_folds(len(folds), diagnostics,
+                                                         params_flat, fold_loss, points)
             if local and problem.estimators is None:
-                mark_other_basins(diagnostics, problem, params_flat, index[:len(folds)],
+                mark_other_basins(diagnostics, problem, params_flat,
+                                  run_folds.padded()[:len(folds)],
                                   [flat_params(model, p)[0] for p in getattr(
                                       model, "known_optima", lambda *a: [])(
                                           params, prepared, level)], stages)
             if opts.in_sample:               # log p(x_o | x_kept; theta_full): p = lpd - elpd
-                t_in = time.perf_counter()
-                full = np.broadcast_to(np.asarray(problem.u_full),
-                                       (len(run_folds), problem.u_full.shape[0]))
-                _, points_full = heldout_losses(problem, np.ascontiguousarray(full), index,
-                                                opts.batch_size, opts.progress)
-                diagnostics["lpd_full"] = -_scored_points(points_full, run_folds,
-                                                          len(folds), flat=True)
-                stages["in_sample"] = time.perf_counter() - t_in
+                diagnostics["lpd_full"] = in_sample_lpd(problem, run_folds, len(folds),
+                                                        opts, stages)
         if opts.audit:
             t_audit = time.perf_counter()
             diagnostics["audit"] = audit_folds(problem, run_folds[:len(folds)], fold_loss,
                                                opts)
             stages["audit"] = time.perf_counter() - t_audit
         seconds = time.perf_counter() - t_start
-        diagnostics["num_params"] = int(problem.u_full.shape[0])
-        diagnostics["device"] = platform
+        diagnostics.update(num_params=int(problem.u_full.shape[0]), device=platform)
         if concerns:
             mark_fit_concerns(diagnostics, concerns, len(folds), local)
         record_unreliable(diagnostics, fold_loss, folds, method, opts.warn, future=future)
-        point_loss = _scored_points(points, run_folds, len(folds))
         params_flat = np.asarray(params_flat)
-        stacked = problem.unravel(params_flat)
         return CVResult(method=method, scheme=scheme if level == "within" else None,
                         level=level, folds=folds, fold_loss=fold_loss,
-                        point_loss=point_loss, params=stacked,
-                        params_flat=params_flat, seconds=seconds,
-                        stage_seconds=stages,
-                        diagnostics=diagnostics, fit_seconds=fit_seconds,
+                        point_loss=scored_points(points, run_folds, len(folds)),
+                        params=problem.unravel(params_flat), params_flat=params_flat,
+                        seconds=seconds, stage_seconds=stages, diagnostics=diagnostics,
+                        fit_seconds=fit_seconds,
                         fingerprint=result_fingerprint(model.comparable_data(data), folds,
                                                         level))
 

@@ -77,6 +77,7 @@ of 5 folds more than 1 % off, and gave ``inf`` on 0, 3 and 20 folds.
 """
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import Callable, NamedTuple
 
@@ -88,6 +89,7 @@ from jax import lax
 
 from .batching import fold_batch_size, fold_weights, per_fold_chunks
 from .._batched_map import map_in_batches
+from .diagnostics import estimate_causes, unreliable_causes
 from .chord import (chord_step, contraction_rate, extrapolate, first_chord_step,
                     second_chord_step, screen_terms, signed_rate)
 from .fold_buckets import fold_bucket
@@ -98,7 +100,7 @@ from .matrix_free import block_conjugate_gradient
 from .windows import taylor_chord_steps, use_taylor_chord_steps
 from .._compile import jit
 
-__all__ = ["ij_chord_steps", "ij_chord_steps_cg", "full_hessian_chord_steps",
+__all__ = ["finish_error_estimate", "ij_chord_steps", "ij_chord_steps_cg", "full_hessian_chord_steps",
            "slow_second_round",
            "refined_params", "estimate_errors", "ij_first_steps", "ij_second_steps",
            "ChordScreen", "ij_chord_screen", "screened_estimate_errors", "contracting",
@@ -423,3 +425,37 @@ def screened_estimate_errors(problem, params, fold_loss, index, screen: ChordScr
         est[rows], rate[rows] = sub[:rows.size], rho
         correction[rows] = np.where(ok[:, None], corr, np.nan)
     return est, correction, rate, rows
+
+
+def finish_error_estimate(problem, params_flat, fold_loss, folds, diagnostics: dict,
+                          options, stages: dict) -> None:
+    """Every fold's error estimate of a method that left its ingredients in
+    ``diagnostics``, in place: the IJ's screen (``"chord_screen"``:
+    :func:`screened_estimate_errors`, two chord steps only where the screen cannot vouch;
+    ``diagnostics["error_estimate_screened"]``) or NS's correction (``"chord_correction"``:
+    :func:`estimate_errors`). Sets ``error_estimate``, ``chord_rate``, ``tol`` and the
+    causes of :func:`~approxcv.engine.diagnostics.estimate_causes` in
+    ``diagnostics["unreliable"]``; ``stages["error_estimate"]`` its time. ``folds`` as the
+    method ran them (padded); nothing for a method that leaves neither."""
+    diagnostics.pop("chord_factor", None)    # the IJ's factor of H: internal (auto)
+    if "chord_screen" not in diagnostics and "chord_correction" not in diagnostics:
+        return
+    t = time.perf_counter()
+    index, unscored = folds.padded(), folds.unscored_padded()
+    if "chord_screen" in diagnostics:
+        est, _, rate, full = screened_estimate_errors(
+            problem, params_flat, fold_loss, index, diagnostics.pop("chord_screen"),
+            options.tol, options.batch_size, options.progress, unscored=unscored)
+        screened = np.ones(len(folds), bool)
+        screened[full] = False
+        diagnostics["error_estimate_screened"] = screened
+    else:
+        est = estimate_errors(problem, params_flat, fold_loss, index,
+                              diagnostics.pop("chord_correction"), options.batch_size,
+                              options.progress, points=False, unscored=unscored)[0]
+        rate = diagnostics["chord_rate"]
+    diagnostics["chord_rate"] = np.asarray(rate)
+    causes = unreliable_causes(diagnostics.get("unreliable"), len(folds))
+    causes.update(estimate_causes(est, rate, options.tol))
+    diagnostics.update(error_estimate=est, unreliable=causes, tol=options.tol)
+    stages["error_estimate"] = stages.get("error_estimate", 0.0) + time.perf_counter() - t

@@ -18,7 +18,7 @@ from .._sizes import count_bucket
 from ..folds import Folds
 
 __all__ = ["MIN_BUCKET", "POW2_MAX_FOLDS", "PER_FOLD_KEYS", "fold_bucket", "bucketed",
-           "trim_per_fold"]
+           "trim_per_fold", "unpad_folds"]
 
 #: the fewest folds a bucket holds
 MIN_BUCKET = 8
@@ -61,3 +61,13 @@ def trim_per_fold(diagnostics: dict, keep: int) -> None:
             diagnostics[key] = {k: np.asarray(v)[:keep] for k, v in value.items()}
         elif value is not None and np.ndim(value):
             diagnostics[key] = np.asarray(value)[:keep]
+
+
+def unpad_folds(n_folds: int, diagnostics: dict, *per_fold):
+    """``per_fold`` arrays (leading axis: the folds as run, padded by :func:`bucketed`) and
+    the :data:`PER_FOLD_KEYS` of ``diagnostics`` cut to the user's ``n_folds`` folds (in
+    place for ``diagnostics``); unchanged where nothing was padded."""
+    if len(per_fold[0]) == n_folds:
+        return per_fold
+    trim_per_fold(diagnostics, n_folds)
+    return tuple(np.asarray(a)[:n_folds] for a in per_fold)

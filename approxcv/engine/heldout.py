@@ -15,13 +15,16 @@ same evaluation paths.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from .batching import _heldout, per_fold_chunks
 from .lanes import lanes_heldout_losses, use_lanes
 from .windows import use_windows, windowed_heldout_losses
 
-__all__ = ["heldout_losses", "unscored_losses"]
+__all__ = ["heldout_losses", "unscored_losses", "method_heldout_losses", "scored_points",
+           "in_sample_lpd"]
 
 
 def _removed_losses(problem, params_flat, index, batch_size, progress, info):
@@ -93,3 +96,46 @@ def heldout_losses(problem, params_flat, index, batch_size: int | None = None,
         return fold, points
     rest = unscored_losses(problem, params_flat, unscored, batch_size, progress)
     return np.asarray(fold, np.float64) - rest, points
+
+
+def method_heldout_losses(problem, params_flat, folds, diagnostics: dict, options,
+                          stages: dict):
+    """``(fold_loss (F,), points (F, m))`` of the folds as the method ran them (padded):
+    the method's own (``diagnostics["heldout"]``, popped) or :func:`heldout_losses` at its
+    fold parameters, ``-log p(x_S | x_K)``; ``stages["heldout"]`` its time."""
+    t = time.perf_counter()
+    if "heldout" in diagnostics:                 # the method evaluated its folds already
+        fold_loss, points = diagnostics.pop("heldout")
+    else:
+        fold_loss, points = heldout_losses(problem, params_flat, folds.padded(),
+                                           options.batch_size, options.progress, diagnostics,
+                                           unscored=folds.unscored_padded())
+    stages["heldout"] = stages.get("heldout", 0.0) + time.perf_counter() - t
+    return fold_loss, points
+
+
+def scored_points(points, folds, n_folds: int, flat: bool = False):
+    """The point losses of the scored units of the first ``n_folds`` folds (the user's),
+    from ``points`` ``(n_folds', m)`` at the positions of ``folds.padded()``: a list of
+    arrays, one per fold (``flat``: concatenated)."""
+    points = np.asarray(points)[:n_folds]
+    sizes = folds.scored_sizes[:n_folds]
+    if folds.partial:
+        picked = points[folds.scored_mask()[:n_folds]]
+    elif np.all(sizes == points.shape[1]) and not flat:
+        return list(points)                  # folds of one size: rows, no copy
+    else:
+        picked = points[np.arange(points.shape[1]) < sizes[:, None]]
+    return picked if flat else np.split(picked, np.cumsum(sizes)[:-1])
+
+
+def in_sample_lpd(problem, folds, n_folds: int, options, stages: dict) -> np.ndarray:
+    """``log p(x_o | x_kept; theta_full)`` of every scored unit of the first ``n_folds``
+    folds, concatenated: the held-out pass at the full-data fit (``p = lpd - elpd``);
+    ``stages["in_sample"]`` its time."""
+    t = time.perf_counter()
+    full = np.broadcast_to(np.asarray(problem.u_full), (len(folds), problem.u_full.shape[0]))
+    _, points = heldout_losses(problem, np.ascontiguousarray(full), folds.padded(),
+                               options.batch_size, options.progress)
+    stages["in_sample"] = time.perf_counter() - t
+    return -scored_points(points, folds, n_folds, flat=True)
