@@ -132,8 +132,8 @@ UNRELIABLE_CAUSES = {
     "fit_not_best_optimum": "an exact refit found a lower full-data objective than the fit "
                             "(diagnostics['better_optimum_folds'])",
     "other_basin": "a known local optimum of another basin (where another start of the fit "
-                   "ended) is lower on the fold's objective than the estimate "
-                   "(diagnostics['other_basin_gap'])",
+                   "ended, or an exact refit of auto's) is lower on the fold's objective "
+                   "than the estimate",
 }
 
 #: what a user can do about each cause, said in the unreliable-fold warning

@@ -14,12 +14,15 @@ that is, a known point of another basin is already lower on the fold's objective
 the estimate: the fold's minimum is not (certainly) in the fit's basin. ``F(u_o, w_o)`` is
 at least the basin's minimum, so a fold whose basin holds is marked only where two basins
 compete within the estimate's own error.
+
+``auto`` on leave-future-out folds makes the same check with the optima its refits found
+(each refit and its runner-up start, :func:`~approxcv.engine.methods.auto.auto_future`):
+the shortest training sets have basins the full data do not.
 """
 from __future__ import annotations
 
-from functools import partial
-
 import time
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -74,6 +77,8 @@ def mark_other_basins(diagnostics: dict, problem, params_flat, index, others, st
     causes = unreliable_causes(diagnostics.get("unreliable"), n_folds)
     method = diagnostics.get("fold_method")
     refitted = np.zeros(n_folds, bool) if method is None else np.asarray(method) == "exact"
-    causes["other_basin"] = basins["mask"] & ~refitted
+    causes["other_basin"] = (causes.get("other_basin", np.zeros(n_folds, bool))
+                             | (basins["mask"] & ~refitted))
     diagnostics.update(unreliable=causes, other_basin_gap=basins["gap"])
     stages["other_basins"] = time.perf_counter() - t
+

@@ -64,15 +64,44 @@ def test_auto_lfo_within_one_percent_of_exact_or_flagged(setup, horizon):
 def test_refit_every_refits_the_expected_origins(setup):
     """Walking backward, refit_every=3 refits the 3rd, 6th and 9th origin from the end
     (fold ids 7, 4, 1) and nothing else (a huge tol asks for no refit of its own); each
-    refit is the expansion point of the next origins of the walk."""
+    refit is the expansion point of the next origins of the walk. After the walk the
+    earliest origin (fold 0), which the walk did not refit, is refitted as the probe."""
     model, x, params, out = setup
     folds, exact = out[4]
     res = cv(model, x, folds, "auto", params, tol=1e6, refit_every=3)
     d = res.diagnostics
     assert list(d["refit_origins"]) == [7, 4, 1]
-    assert list(d["lfo_reference"]) == [1, 1, 4, 4, 4, 7, 7, 7, -1, -1]
-    assert d["auto_counts"]["exact"] == 3
-    assert list(np.flatnonzero(np.asarray(d["fold_method"]) == "exact")) == [1, 4, 7]
+    assert list(d["lfo_probe"]) == [0]
+    assert list(d["lfo_reference"]) == [0, 1, 4, 4, 4, 7, 7, 7, -1, -1]
+    assert d["auto_counts"]["exact"] == 4
+    assert list(np.flatnonzero(np.asarray(d["fold_method"]) == "exact")) == [0, 1, 4, 7]
+    assert abs(res.fold_loss[0] - exact.fold_loss[0]) <= 1e-9
+
+
+def test_a_fold_above_another_basin_a_refit_found_is_marked(setup, monkeypatch):
+    """The walk's check against the optima its refits reached: with fold 3's exact refit
+    standing in for an optimum of another basin (as the probe's runner-up would), fold 3
+    — expanded from elsewhere, so above its own minimum — is marked ``other_basin``, and
+    every marked fold is above a found optimum on its own objective."""
+    from approxcv.engine import other_basins
+    from approxcv.engine.methods import auto as auto_module
+    model, x, params, out = setup
+    folds, exact = out[4]
+    seen = {}
+    real = other_basins.other_basin_folds
+
+    def with_fold3(problem, params_flat, index, others):
+        others = np.concatenate([others, np.asarray(exact.params_flat[3])[None]])
+        seen["result"] = real(problem, params_flat, index, others)
+        return seen["result"]
+    monkeypatch.setattr(auto_module, "other_basin_folds", with_fold3)
+    res = cv(model, x, folds, "auto", params, tol=1e6)
+    method = np.asarray(res.diagnostics["fold_method"])
+    assert method[3] != "exact"
+    marked = res.diagnostics.unreliable_causes.get("other_basin", [])
+    assert 3 in marked
+    local = np.flatnonzero(method != "exact")
+    assert set(marked) == set(local[seen["result"]["mask"]])
 
 
 def test_after_a_refit_the_expansion_point_is_that_refit(setup):
@@ -87,6 +116,7 @@ def test_after_a_refit_the_expansion_point_is_that_refit(setup):
     plain = cv(model, x, folds, "ij", params)
     for r in (7, 4, 1):
         assert abs(walk.fold_loss[r] - exact.fold_loss[r]) <= 1e-9
+    for r in (7, 4):                # (after 1 comes fold 0, the probe: refitted itself)
         nxt = r - 1
         assert walk.diagnostics["lfo_reference"][nxt] == r
         assert rel(walk, exact)[nxt] < rel(plain, exact)[nxt]

@@ -33,8 +33,8 @@ shows the fit is not the best optimum (``better_optimum_folds``,
 Diagnostics, per fold: ``exact_objective``, ``exact_converged``, ``exact_num_steps``,
 ``exact_grad_norm`` (in the optimiser's coordinates: ``||dF/dv||`` when whitened),
 ``exact_warm_gap`` (warm refit minus the kept one), ``exact_start_spread`` (range over the
-fold's own starts), ``exact_competing_objective`` / ``exact_competing_loss`` (the runner-up
-optimum; its held-out loss where within the gap), ``exact_lowest_objective``; per run:
+fold's own starts), ``exact_competing_objective`` / ``exact_competing_loss`` / ``exact_competing_u`` (the
+runner-up optimum; its held-out loss where within the gap; its parameters, NaN where none), ``exact_lowest_objective``; per run:
 ``exact_cross_starts`` (folds refitted from another fold's optimum, listed in
 ``exact_improved_folds``), ``restart_disagreement_folds``, ``worse_optimum_folds``,
 ``exact_precondition`` (``"hessian"``, ``"repaired"`` or ``"identity"``) and
@@ -321,6 +321,7 @@ def exact(problem, folds, options):
                    "exact_grad_norm": rec["grad_norm"], "exact_objective": rec["objective"],
                    "exact_start_spread": rec["start_spread"], "exact_warm_gap": rec["warm_gap"],
                    "exact_competing_objective": rec["alt_objective"],
+                   "exact_competing_u": rec["alt_u"],
                    "exact_competing_loss": flags["competing_loss"],
                    "exact_lowest_objective": rec["lowest_objective"],
                    "exact_cross_starts": int(improved.sum()),
