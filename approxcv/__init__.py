@@ -8,14 +8,14 @@ The names below are imported when first used (PEP 562), so ``import approxcv`` a
 ``approxcv`` command's ``--help`` do not import JAX. The global JAX settings approxcv
 changes (64-bit floats, a persistent compilation cache under the user's cache directory;
 ``APPROXCV_NO_COMPILATION_CACHE=1`` turns the cache off) are made when JAX is imported,
-before any array exists (``approxcv/_jax_setup.py``).
+before any array exists (``approxcv/_runtime/setup.py``).
 """
 import importlib
 
 from ._version import __version__
-from . import _jax_setup
+from . import _runtime
 
-_jax_setup.install()
+_runtime.install()
 
 #: subpackages and modules reached as attributes, ``acv.models``
 _MODULES = ("cli", "composite", "datasets", "engine", "errors", "folds", "inference",
@@ -36,7 +36,7 @@ def __getattr__(name):
         globals()[name] = value
         return value
     if name == "compilation_cache_dir":     # the cache directory in use, None when off
-        return _jax_setup.configure()
+        return _runtime.configure()
     raise AttributeError(f"module 'approxcv' has no attribute {name!r}")
 
 

@@ -7,9 +7,8 @@ import time
 
 import numpy as np
 
-from ._placement import placed
+from ._runtime import length_bucket, placed
 from ._progress import counting_first
-from ._sizes import length_bucket
 from ._validate import check_choice
 from .engine.audit import audit_folds
 from .engine.diagnostics import mark_fit_concerns, record_unreliable
@@ -40,7 +39,7 @@ def _in_problem_units(problem, folds, n_units: int):
     """``folds`` as the engine runs them on ``problem``: when the model padded its data with
     null units (``problem.n_units > n_units``,
     :meth:`~approxcv.models.base.Model.padded_units`), taken over the padded units with
-    their rows padded to :func:`~approxcv._sizes.length_bucket` of the widest fold, so
+    their rows padded to :func:`~approxcv._runtime.sizes.length_bucket` of the widest fold, so
     that data and folds of similar sizes share one shape of every program; else
     ``folds``."""
     if problem.n_units == n_units:
@@ -181,7 +180,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
     """
     opts = _checked_options(options, scheme, level)   # before the data are touched
     check_model(model)
-    # the model's work on its device (:mod:`approxcv._placement`); warnings keep pointing
+    # the model's work on its device (:mod:`approxcv._runtime.placement`); warnings keep pointing
     # at the caller (no extra frame)
     with placed(getattr(model, "compute_profile", None), opts.device) as platform:
         method = method or getattr(model, "default_method", "ij")

@@ -23,6 +23,10 @@ cluster left with no worker for :func:`worker_grace_seconds` seconds (``cluster.
 worker killed, the scheduler unreachable) raises :class:`~approxcv.errors.NoWorkersError`
 instead of waiting for ever, and a closed client raises
 :class:`~approxcv.errors.ClosedExecutorError` before anything is sent.
+
+In process, batches of compiled programs run in :func:`host_workers` threads at once (a
+compiled call releases the GIL): the engine's chunks of folds and the parts of a long
+Hessian sweep use the same count.
 """
 from __future__ import annotations
 
@@ -43,19 +47,53 @@ import cloudpickle
 import jax
 import numpy as np
 
-from ._compile import host_workers
-from ._placement import carry_placement
 from ._progress import progress_bar
+from ._runtime import carry_placement, current_platform
 from .errors import ArgumentTypeError, ClosedExecutorError, InvalidArgumentError, NoWorkersError
 
 __all__ = ["run_batches", "check_executor", "is_dask_client", "to_numpy",
-           "worker_grace_seconds", "WORKER_GRACE"]
+           "worker_grace_seconds", "WORKER_GRACE", "host_workers", "MAX_HOST_WORKERS"]
 
 #: seconds a run on a Dask cluster waits while the cluster has no worker before it raises
 #: :class:`~approxcv.errors.NoWorkersError` (``APPROXCV_WORKER_GRACE`` overrides it)
 WORKER_GRACE = 60.0
 #: longest interval between two looks at the cluster while no batch finishes, in seconds
 WORKER_POLL = 1.0
+
+#: the most compiled programs run at once on CPU by default (:func:`host_workers`): each
+#: holds its own batch, so memory grows with them, and a container's CPU quota may be
+#: below the cores it can see; ``APPROXCV_THREADS`` may ask for more
+MAX_HOST_WORKERS = 4
+
+
+def host_workers() -> int:
+    """Compiled programs approxcv runs at once in threads (chunks of folds,
+    :func:`approxcv.engine.batching.in_chunks`; parts of a long Hessian sweep,
+    :func:`approxcv.optim.newton.parallel_value_and_derivatives`): on CPU the cores this
+    process may use (at most :data:`MAX_HOST_WORKERS`), as each such program — a recursion
+    over time — runs on one core; elsewhere 1 (one accelerator runs one program at a
+    time; the platform is the placement's,
+    :func:`~approxcv._runtime.placement.current_platform`).
+    The environment variable ``APPROXCV_THREADS`` sets it on CPU, above the cap too
+    (``1``: one program at a time, e.g. on a machine shared with other jobs)."""
+    if current_platform() != "cpu":
+        return 1
+    if os.environ.get("APPROXCV_THREADS"):          # the user's limit (1: one at a time)
+        try:
+            threads = int(os.environ["APPROXCV_THREADS"])
+            if threads < 1:
+                raise ValueError
+            return threads
+        except ValueError:
+            raise InvalidArgumentError(
+                "APPROXCV_THREADS must be a positive integer, got "
+                f"{os.environ['APPROXCV_THREADS']!r}") from None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:                      # not on Linux
+        cores = os.cpu_count() or 1
+    return int(max(1, min(cores, MAX_HOST_WORKERS)))
+
 
 #: unpickled tasks of this (worker) process by digest of their pickle, most recent last
 _WORKER_TASKS: OrderedDict = OrderedDict()
@@ -314,7 +352,7 @@ def run_batches(task, batches, executor=None, progress: bool = True, desc: str =
         executor: ``None`` (in process), a ``concurrent.futures.Executor``, a Dask
             ``distributed.Client`` (open, with workers), or any object with ``submit``.
         threads: in process, run the batches on a pool of
-            :func:`~approxcv._compile.host_workers` threads (a compiled batch releases the
+            :func:`host_workers` threads (a compiled batch releases the
             GIL; one core each) instead of one after another. Exact CV's refits do: 96
             folds of a PoissonHMM(3) on 2,000 counts took 2.9-3.1 s on two cores against
             5.5-5.7 s one batch after another, the same numbers (1.6x on two Dask worker

@@ -18,8 +18,8 @@ from .errors import ConvergenceWarning, FitError
 from .optim import MAX_DENSE_DIM, MinimizeResult, batched_minimize, single_start
 from .optim.newton import polish_rows
 from .problem import flat_params, make_problem
-from ._compile import host_workers
-from ._placement import carry_placement
+from ._runtime import carry_placement
+from .executors import host_workers
 
 __all__ = ["map_fit", "best_start", "perturbation_restarts", "padded", "pad_rows", "rows_in_threads",
            "single_run", "fit_method", "MAX_PERTURB_ROUNDS"]
@@ -66,7 +66,7 @@ def single_run(solve, u0, weights, data) -> tuple:
 def rows_in_threads(solve, row_args, *shared, workers: int | None = None):
     """``solve(*row_args, *shared)`` with the rows (the leading axis of every array of
     ``row_args``) split into ``workers`` equal groups (default
-    :func:`~approxcv._compile.host_workers`, at most one per row; the last group padded by
+    :func:`~approxcv.executors.host_workers`, at most one per row; the last group padded by
     repeating its last row, so that one program serves every group), each solved in a
     thread of its own; the results (a pytree whose leaves all have the row axis first)
     concatenated and trimmed to the rows, as NumPy arrays.

@@ -49,7 +49,7 @@ class Folds(Sequence):
     width : int, optional
         The least row width of :meth:`padded` (default: the largest fold size), so that
         fold sets of similar sizes share one shape of the engine's programs
-        (:func:`approxcv._sizes.length_bucket`); kept by :meth:`subset`.
+        (:func:`approxcv._runtime.sizes.length_bucket`); kept by :meth:`subset`.
     scored : sequence of integer arrays, optional
         ``scored[i]``: the units fold ``i`` scores, a non-empty subset of ``indices[i]``
         (default ``None``: every removed unit is scored). The fold's held-out loss is then

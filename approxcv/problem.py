@@ -24,8 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import ArgumentTypeError, InvalidDataError
-from ._arrays import array_module
-from ._compile import jit
+from ._runtime import array_module, jit
 
 __all__ = ["Problem", "GLMStructure", "Windows", "Lanes", "WithNumbers", "make_problem",
            "flat_params", "function_key", "binder", "template"]

@@ -32,7 +32,7 @@ count and kernels) and prints a table. Reported, not asserted.
 JAX's backend-compile event covers a program compiled or loaded from the persistent cache
 alike: ``n_backend_compiles`` counts both, ``n_cache_hits`` the loads, and a program's
 ``compile`` seconds in a warm run are mostly its loading. A program approxcv's program cache
-(``approxcv/_program_cache.py``) loads is neither traced, lowered nor compiled, so it emits
+(``approxcv/_runtime/program_cache.py``) loads is neither traced, lowered nor compiled, so it emits
 none of these events: ``program_cache`` records that cache's loads, stores, compiles and
 bypasses (with their reasons).
 
@@ -237,7 +237,7 @@ def child(name: str) -> dict:
     t_import = time.perf_counter() - t0
     SCENARIOS[name](acv, np)
     total = time.perf_counter() - t0
-    from approxcv import _program_cache
+    from approxcv._runtime import program_cache as _program_cache
     cache = _program_cache.stats
     stages = {s: sum(p[s] for p in programs.values()) for s in ("trace", "lower", "compile")}
     top = sorted(programs.items(), key=lambda kv: -kv[1]["compile"])

@@ -12,7 +12,7 @@ Four benchmarks, each a function of one size table (``SIZES``):
 * ``exact_batches``: exact CV (warm-started refits in batches) of a PoissonHMM(2).
 
 approxcv places an HMM's fit and cross-validation on the host's CPU beside an accelerator
-(``approxcv._placement``: a recursion over time runs one kernel launch per step on a GPU);
+(``approxcv._runtime.placement``: a recursion over time runs one kernel launch per step on a GPU);
 each record names where its CV ran (``cv_device``, from ``diagnostics["device"]``). At the
 small size, on an accelerator, the two HMM benchmarks also run with ``device="default"``
 (the GPU), first and warm call, so the JSON shows what the placement saves

@@ -13,7 +13,7 @@
 #   2. the small sizes on the default backend (the accelerator when there is one; at most
 #      DEVICE_SMALL_TIMEOUT, 150 s), the HMM benchmarks also with device="default";
 #   3. each benchmark at full size with approxcv's placement (the GP and the CRF on the
-#      accelerator, the HMMs on the host's CPU: approxcv._placement), one process each,
+#      accelerator, the HMMs on the host's CPU: approxcv._runtime.placement), one process each,
 #      with its own limit (gp_la_loo 70 s, crf_lso and exact_batches 60 s, then lwcv_ij
 #      whatever is left), so one slow benchmark cannot take the others' time; each writes
 #      what it finished.

@@ -1,5 +1,5 @@
 """What padding series to size buckets saves and costs (``HMM.padded_units``,
-``approxcv._sizes.length_bucket``).
+``approxcv._runtime.sizes.length_bucket``).
 
 The README example (PoissonHMM(2) on the shipped calls) at 2,000 steps, then at 2,030, 1,950
 and 2,040 steps (all padded to 2,048; their 10 % folds' rows to 208): each call fits, runs

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 # XLA's classic CPU emitters for every program of the test process, as approxcv's own
-# programs already use (approxcv/_compile.py), and JAX's "disable most optimizations"
+# programs already use (approxcv/_runtime/compile.py), and JAX's "disable most optimizations"
 # (LLVM at -O0, no expensive passes): the suite's time is ~90 % compilation of programs
 # that then run on tiny problems, and -O0 compiles them in about a third of the time
 # (backend compilation 1,857 -> 698 s of the suite's worker time). The tests check
@@ -28,7 +28,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import approxcv as acv  # noqa: E402
-from approxcv import _compilation_cache, _program_cache  # noqa: E402
+from approxcv._runtime import compilation_cache as _compilation_cache  # noqa: E402
+from approxcv._runtime import program_cache as _program_cache  # noqa: E402
 from approxcv.optim.newton import value_and_derivatives  # noqa: E402
 
 

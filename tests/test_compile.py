@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from approxcv import _compile
+from approxcv._runtime import compile as _compile
 
 
 def _program(x, w):

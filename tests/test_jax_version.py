@@ -3,7 +3,7 @@ import warnings
 
 import pytest
 
-from approxcv._jax_version import deadlock_prone, parse_version, warn_if_deadlock_prone
+from approxcv._runtime.version import deadlock_prone, parse_version, warn_if_deadlock_prone
 
 
 @pytest.mark.parametrize("version, parsed", [("0.10.2", (0, 10, 2)), ("0.9.2", (0, 9, 2)),

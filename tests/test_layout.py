@@ -145,7 +145,7 @@ def test_no_import_of_approxcv_inside_a_function():
 
 
 #: the one module that may use JAX's and jaxlib's private API (docs/design.md, "Conventions")
-PRIVATE_JAX_MODULE = "approxcv._jax_workarounds"
+PRIVATE_JAX_MODULE = "approxcv._runtime.workarounds"
 
 
 def _private_jax(node) -> bool:
@@ -172,4 +172,67 @@ def test_only_the_workarounds_module_uses_private_jax():
                   and isinstance(node.value, ast.Name) and node.value.id in ("jax", "jaxlib")):
                 found.append(f"{name}:{node.lineno}")
     assert found == []
-    assert (ROOT / "_jax_workarounds.py").exists()
+    assert (ROOT / "_runtime" / "workarounds.py").exists()
+
+
+#: the package's runtime (docs/design.md, "Layers"): one layer, imported by its names
+RUNTIME = "approxcv._runtime"
+#: what the runtime may import of approxcv outside itself
+RUNTIME_BELOW = {"approxcv", "approxcv.errors", "approxcv._validate"}
+
+
+def _in_runtime(name: str) -> bool:
+    return name == RUNTIME or name.startswith(RUNTIME + ".")
+
+
+def test_the_runtime_imports_nothing_of_approxcv_above_it():
+    bad = {(a, b) for a, targets in import_graph().items() for b in targets
+           if _in_runtime(a) and not _in_runtime(b) and b not in RUNTIME_BELOW}
+    assert bad == set()
+
+
+def _imports_from_runtime():
+    """``(module, imported module, names)`` of every import of the runtime by a module of the
+    package outside it; a module that imports the package itself (``from . import _runtime``)
+    uses the names it reads from it (``_runtime.install``)."""
+    modules = _modules()
+    out = []
+    for name, path in modules.items():
+        if _in_runtime(name):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                mod = _resolve(node, name, path)
+                if mod == "approxcv" and any(a.name == "_runtime" for a in node.names):
+                    out.append((name, RUNTIME, tuple(sorted(
+                        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                        and isinstance(n.value, ast.Name) and n.value.id == "_runtime"))))
+                elif _in_runtime(mod):
+                    out.append((name, mod, tuple(a.name for a in node.names)))
+            elif isinstance(node, ast.Import):
+                out.extend((name, a.name, ()) for a in node.names if _in_runtime(a.name))
+    return out
+
+
+def test_the_package_imports_the_runtime_by_the_names_it_exports():
+    """Every other module imports ``approxcv._runtime`` itself, never one of its modules,
+    and the runtime exports exactly the names the package uses."""
+    import approxcv._runtime as runtime
+    found = _imports_from_runtime()
+    assert [(a, b) for a, b, _ in found if b != RUNTIME] == []
+    used = {n for _, _, names in found for n in names}
+    assert used == set(runtime.__all__)
+    for name in runtime.__all__:
+        assert getattr(runtime, name) is not None
+
+
+def test_the_runtime_names_what_it_looks_up_on_first_use():
+    """The names ``approxcv._runtime`` looks up on first use are those its ``TYPE_CHECKING``
+    block imports, from the same modules (what this file's import graph sees)."""
+    import approxcv._runtime as runtime
+    tree = ast.parse((ROOT / "_runtime" / "__init__.py").read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If)
+                 and getattr(n.test, "id", None) == "TYPE_CHECKING")
+    named = {a.name: node.module for node in block.body for a in node.names}
+    assert named == runtime._ON_FIRST_USE

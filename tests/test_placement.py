@@ -1,4 +1,4 @@
-"""Where approxcv runs a model's programs (``approxcv._placement``).
+"""Where approxcv runs a model's programs (``approxcv._runtime.placement``).
 
 This machine has no accelerator, so an accelerator is simulated by making JAX report
 ``"gpu"`` as its default backend: the decisions (which device, which compile options, how
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv import _placement
-from approxcv._compile import compiler_options, host_workers
+from approxcv._runtime import placement as _placement
+from approxcv._runtime.compile import compiler_options
 from approxcv.errors import InvalidArgumentError
+from approxcv.executors import host_workers
 from approxcv.models.hmm import base as hmm_base
 
 

@@ -1,17 +1,18 @@
-"""The persistent program cache (``approxcv/_program_cache.py``): keys name programs exactly
+"""The persistent program cache (``approxcv/_runtime/program_cache.py``): keys name programs exactly
 or not at all, a second process loads instead of tracing, and what cannot be keyed or
 stored goes through ``jax.jit`` as before."""
 import functools
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from approxcv import _program_cache
+from approxcv._runtime import program_cache as _program_cache
 from approxcv.engine.methods import ij as ij_module
 from approxcv.problem import flat_params
 from tests.conftest import cache_child_env
@@ -72,6 +73,23 @@ def test_settings_and_monkeypatches_reach_the_key(monkeypatch):
         pc.namespace_digest()                          # a test's function bound: no key
 
 
+def test_the_source_digest_reads_the_whole_package():
+    """The key's source digest covers every module of approxcv, not only the runtime's."""
+    import approxcv
+    assert pc.PACKAGE_ROOT == Path(approxcv.__file__).resolve().parent
+
+
+def test_names_looked_up_on_first_use_leave_the_runtime_settings_alone():
+    """Looking up a name of ``approxcv._runtime`` binds nothing there: the settings in the
+    key do not depend on which names were used."""
+    import approxcv._runtime as runtime
+    before = pc.namespace_digest()
+    for name in runtime.__all__:
+        getattr(runtime, name)
+    assert pc.namespace_digest() == before
+    assert not set(runtime._ON_FIRST_USE) & set(vars(runtime))
+
+
 def test_programs_with_host_callbacks_are_not_stored():
     def noisy(x):
         jax.debug.callback(lambda v: None, x)
@@ -88,7 +106,7 @@ compiles = []          # programs XLA compiled (or JAX's cache loaded) in this p
 jax.monitoring.register_event_duration_secs_listener(
     lambda e, d, **k: compiles.append(e) if e.endswith("backend_compile_duration") else None)
 import approxcv as acv
-from approxcv import _program_cache
+from approxcv._runtime import program_cache as _program_cache
 _program_cache.MIN_SECONDS = 0
 x = acv.datasets.load_calls(300)
 model = acv.models.PoissonHMM(n_states=2)
@@ -261,7 +279,7 @@ def test_a_numpy_scalar_has_the_key_of_the_array_jax_makes_of_it():
 def test_a_later_process_skips_the_check_of_the_xla_options(tmp_path, monkeypatch):
     """The check that XLA knows approxcv's compile options (a small compile) runs once per
     environment; later processes read its record."""
-    from approxcv import _compile
+    from approxcv._runtime import compile as _compile
     options = {"xla_cpu_use_fusion_emitters": False, **pc.MARK}
     pc.use_directory(tmp_path)
     try:

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv import _compilation_cache, _program_cache
+from approxcv._runtime import compilation_cache as _compilation_cache
+from approxcv._runtime import program_cache as _program_cache
 from tests.conftest import simulate_gaussian_hmm
 
 _LOWERINGS = collections.Counter()
@@ -255,7 +256,7 @@ env_before = {n: os.environ.get(n) for n in env_names}
 config_before, listeners_before = settings(), listeners()
 import numpy as np
 import approxcv as acv
-from approxcv import _program_cache
+from approxcv._runtime import program_cache as _program_cache
 x = np.random.default_rng(0).poisson(np.repeat([2.0, 9.0], 30)).astype(float)
 res = acv.cross_validate(acv.models.PoissonHMM(2), x, acv.folds.iid(len(x), 0.1, 3, seed=0),
                          method="ij", progress=False, tol=1.0)   # no warning: stderr empty

@@ -5,7 +5,7 @@ warning would be stderr output too; the same code path) runs twice in
 fresh processes on one fresh compilation-cache directory: the first compiles and fills the
 cache, the second loads programs from it — where jaxlib 0.9-0.10 logs a C++ WARNING per
 program (dropped around approxcv's loads), and on an AVX-512 CPU an ERROR unless the
-program is capped at AVX2 (approxcv's are, per program: ``approxcv/_compilation_cache.py``)
+program is capped at AVX2 (approxcv's are, per program: ``approxcv/_runtime/compilation_cache.py``)
 — and both must leave stderr empty, progress bars included (stderr is a pipe here, not a terminal: ``approxcv/_progress.py``).
 """
 import json
@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from approxcv import _compilation_cache, _program_cache, _progress
+from approxcv import _progress
+from approxcv._runtime import compilation_cache as _compilation_cache
+from approxcv._runtime import program_cache as _program_cache
 from tests.conftest import ROOT, cache_child_env
 
 README_SMALL = """
@@ -25,7 +27,7 @@ hits = []
 jax.monitoring.register_event_listener(
     lambda e, **k: hits.append(e) if e == "/jax/compilation_cache/cache_hits" else None)
 import approxcv as acv
-from approxcv import _program_cache
+from approxcv._runtime import program_cache as _program_cache
 # every program through the caches, however fast it compiled (this process compiles with
 # the suite's settings, tests/conftest.py): every load must be silent
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
@@ -101,7 +103,7 @@ with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
     import approxcv as acv
     import jax, jax.numpy as jnp
-    from approxcv import _compilation_cache
+    from approxcv._runtime import compilation_cache as _compilation_cache
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     for n in range(1, 4):
         jax.jit(lambda x: jnp.sin(x) * n)(jnp.ones(n)).block_until_ready()
@@ -168,10 +170,10 @@ def test_an_affected_cpu_changes_no_flag_and_caches_only_approxcvs_programs(tmp_
     an instruction-set cap (a per-program cap does not quiet the loader, only dropping its
     false lines does), and JAX's cache storing nothing of the user's (its threshold
     infinite outside approxcv's own compiles)."""
-    code = ("import os, approxcv, approxcv._compilation_cache as cc\n"
+    code = ("import os, approxcv, approxcv._runtime.compilation_cache as cc\n"
             "cc.loader_flags_this_cpu = lambda version: True\n"
             "import jax\n"
-            "from approxcv import _compile\n"
+            "from approxcv._runtime import compile as _compile\n"
             "print(approxcv.compilation_cache_dir is not None, os.environ.get('XLA_FLAGS'),\n"
             "      _compile.compiler_options('cpu').get('xla_cpu_max_isa'),\n"
             "      jax.config.jax_persistent_cache_min_compile_time_secs, cc.own_threshold,\n"
@@ -188,7 +190,7 @@ def test_an_affected_cpu_changes_no_flag_and_caches_only_approxcvs_programs(tmp_
 
 QUIET_LOAD = r"""
 import os, threading
-from approxcv import _jax_workarounds as w
+from approxcv._runtime import workarounds as w
 line = (b"W1203 00:15:59.487661    4063 pjrt_executable.cc:642] Assume version "
         b"compatibility. PjRt-IFRT does not track XLA executable versions.\n")
 false = (b"E1203 06:16:51.121632    9865 cpu_aot_loader.cc:220] Loading XLA:CPU AOT result. "

@@ -23,9 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._compile import jit
+from .._runtime import jit, map_in_batches
 from .._validate import check_choice
-from .._batched_map import map_in_batches
 from ..optim import batched_minimize
 
 __all__ = ["heuristic_beta", "beta_criterion", "sweep_chunk"]

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._compile import jit
+from .._runtime import jit
 from .._validate import as_real_array, check_positive_int
 from ..errors import ArgumentTypeError, InvalidArgumentError, InvalidDataError
 from . import binary_conditional as bc

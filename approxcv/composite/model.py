@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import user_stacklevel
-from .._compile import jit
+from .._runtime import jit
 from .._validate import check_positive, check_positive_int
 from ..errors import (ArgumentTypeError, ConvergenceWarning, InvalidArgumentError,
                       NonIdentifiableWarning)

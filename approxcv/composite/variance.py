@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._compile import jit
+from .._runtime import jit
 from .._validate import check_choice
 from ..errors import InvalidArgumentError, NotPositiveDefiniteError
 from .policy import selection_moments

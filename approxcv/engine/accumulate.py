@@ -29,8 +29,7 @@ import numpy as np
 
 from ..executors import run_batches
 from ..problem import WithNumbers
-from .._batched_map import map_in_batches
-from .._compile import jit
+from .._runtime import jit, map_in_batches
 
 
 def has_unit_axis(data, num_units: int) -> bool:

@@ -35,13 +35,12 @@ from jax import lax
 
 from ..optim.pd import NEGLIGIBLE_JITTER, factor_hessian
 from .batching import fold_weights
-from .._batched_map import map_in_batches
+from .._runtime import jit, map_in_batches
 from .chord import chord_step
 from .derivatives import full_derivatives
 from .diagnostics import fit_diagnostics
 from .fold_newton import newton_params
 from .options import Options
-from .._compile import jit
 
 __all__ = ["GLMTerms", "glm_terms", "glm_hessian", "cholesky_rank_one_update",
            "cholesky_rank_one_downdate", "cholesky_downdate_rows", "leverages",

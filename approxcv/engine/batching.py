@@ -14,9 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..optim.hessian import data_entries
-from .._batched_map import map_in_batches
-from .._compile import host_workers, jit
-from .._placement import carry_placement, current_platform
+from .._runtime import carry_placement, current_platform, jit, map_in_batches
+from ..executors import host_workers
 from .._progress import counted, progress_bar
 
 __all__ = ["fold_weights", "fold_indicator", "fold_points",
@@ -111,7 +110,7 @@ def in_chunks(fn, arrays, chunk: int, desc: str, progress: bool = True,
     outputs concatenated as NumPy arrays.
 
     ``workers`` calls run at once in threads (default
-    :func:`~approxcv._compile.host_workers`; a compiled call releases the GIL), the outputs
+    :func:`~approxcv.executors.host_workers`; a compiled call releases the GIL), the outputs
     written in fold order whatever order the calls finish in. The fold recursions these
     chunks run use one core each on CPU: two workers on two cores took 0.43 s for two
     chunks of 32 held-out passes that one after another took 0.94 s (T = 200,000)."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..optim.newton import chunked_value_and_derivatives, polish_jacobian, value_and_derivatives
 from ..optim.hessian import SWEEP_BUDGET, data_entries, hessian_by_hvp, sweep_chunk, tangent_chunk  # noqa: F401
-from .._compile import jit
+from .._runtime import jit
 from .accumulate import has_unit_axis, structure_derivatives
 
 

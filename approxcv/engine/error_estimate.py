@@ -88,7 +88,7 @@ import numpy as np
 from jax import lax
 
 from .batching import fold_batch_size, fold_weights, per_fold_chunks
-from .._batched_map import map_in_batches
+from .._runtime import jit, map_in_batches
 from .diagnostics import estimate_causes, unreliable_causes
 from .chord import (chord_step, contraction_rate, extrapolate, first_chord_step,
                     second_chord_step, screen_terms, signed_rate)
@@ -98,7 +98,6 @@ from .lanes import (lanes_chord_steps, lanes_first_steps, lanes_fold_losses,
                     lanes_second_steps, use_lanes)
 from .matrix_free import block_conjugate_gradient
 from .windows import taylor_chord_steps, use_taylor_chord_steps
-from .._compile import jit
 
 __all__ = ["finish_error_estimate", "ij_chord_steps", "ij_chord_steps_cg", "full_hessian_chord_steps",
            "slow_second_round",

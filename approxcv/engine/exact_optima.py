@@ -58,8 +58,7 @@ import numpy as np
 
 from .batching import fold_weights, heldout_batch_size
 from .heldout import heldout_losses
-from .._batched_map import map_in_batches
-from .._compile import jit
+from .._runtime import jit, map_in_batches
 
 __all__ = ["RESTART_RTOL", "CROSS_CANDIDATES", "CROSS_ROUNDS", "OPTIMUM_GAP_NATS", "HELDOUT_RTOL",
            "best_of_starts", "cross_fold_refits", "full_objectives", "pair_objectives",

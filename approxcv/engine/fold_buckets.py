@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._sizes import count_bucket
+from .._runtime import count_bucket
 from ..folds import Folds
 
 __all__ = ["MIN_BUCKET", "POW2_MAX_FOLDS", "PER_FOLD_KEYS", "fold_bucket", "bucketed",

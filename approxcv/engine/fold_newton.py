@@ -21,10 +21,9 @@ from ..optim.hessian import hessian_by_hvp
 from ..optim.newton import value_and_derivatives
 from ..optim.pd import jittered_cholesky
 from .batching import fold_weights
-from .._batched_map import map_in_batches
+from .._runtime import jit, map_in_batches
 from .chord import chord_step, contraction_rate, extrapolate, signed_rate
 from .derivatives import gradient
-from .._compile import jit
 
 __all__ = ["newton_step", "newton_params", "newton_params_by_sweeps"]
 

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from .._compile import host_workers, jit
+from .._runtime import jit
+from ..executors import host_workers
 from ..inference.chain_lanes import chunk_counts, lane_pass, normaliser_floor, safe_block
 from .batching import in_chunks
 from .chord import (contraction_rate, extrapolate, screen_terms, second_step_correction,
@@ -182,7 +183,7 @@ def _second(lanes, chol, v, d1, index, data, n: int, cap: int, block: int):
 def _batches(problem, params, index, batch_size, memory, progress, desc, call, extra=()):
     """``call(u, index, *extra, cap, block)`` over batches of folds (``extra``: more arrays
     with a leading fold axis; the last batch padded), NumPy
-    outputs, one batch per core at once (:func:`approxcv._compile.host_workers`; the
+    outputs, one batch per core at once (:func:`approxcv.executors.host_workers`; the
     memory budget is shared among them, and the folds are split into at least as many
     batches as workers); ``block``: normalisers per ``log`` where the parameters make
     that safe (:func:`~approxcv.inference.chain_lanes.safe_block`)."""

@@ -36,9 +36,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from .batching import fold_indicator, fold_weights
-from .._batched_map import map_in_batches
+from .._runtime import jit, map_in_batches
 from .chord import contraction_rate, extrapolate, signed_rate
-from .._compile import jit
 
 
 class CGResult(NamedTuple):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._validate import check_choice, check_in_range, check_positive, check_positive_int
-from .._placement import device_choice
+from .._runtime import device_choice
 from ..errors import InvalidArgumentError
 from ..optim.hessian import SWEEP_BYTES
 from ..optim.pd import MAX_DENSE_DIM
@@ -47,8 +47,8 @@ class Options:
     two steps elsewhere) or ``"full"`` (the two steps on every fold;
     :mod:`approxcv.engine.error_estimate`); device:
     ``"auto"``/``"default"``/``"cpu"``, where the run's programs go (``None``: the
-    environment variable ``APPROXCV_DEVICE``, else ``"auto"``; :mod:`approxcv._placement`); extra:
-    method-specific settings of user methods.
+    environment variable ``APPROXCV_DEVICE``, else ``"auto"``;
+    :mod:`approxcv._runtime.placement`); extra: method-specific settings of user methods.
 
     Every field is checked on construction (:func:`check_options`): a value out of range
     raises :class:`~approxcv.errors.InvalidArgumentError` naming the option.

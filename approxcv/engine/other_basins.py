@@ -28,8 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._batched_map import map_in_batches
-from .._compile import jit
+from .._runtime import jit, map_in_batches
 from .batching import fold_batch_size, fold_weights
 from .diagnostics import unreliable_causes
 

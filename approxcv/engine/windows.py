@@ -25,9 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._compile import jit
+from .._runtime import jit, map_in_batches
 from .batching import fold_points, in_chunks, progress_chunk
-from .._batched_map import map_in_batches
 from .chord import chord_step
 from ..optim.hessian import sweep_chunk
 

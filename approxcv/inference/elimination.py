@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import logsumexp
-from .._compile import jit
+from .._runtime import jit
 from ..errors import GraphTooWideError
 
 __all__ = ["EliminationPlan", "build_plan", "min_fill_order", "min_degree_order",

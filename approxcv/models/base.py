@@ -31,7 +31,7 @@ size), ``refit_restarts`` (default number of extra exact-CV starts, ``None``: by
 ``batch_rows`` (how the optimisers evaluate a batch of starts or folds: ``"vmap"``, or
 ``"map"`` — in sequence, on CPU — for objectives with a recursion over time),
 ``compute_profile`` (``"sequential"``: recursions over time, run on the host's CPU beside an
-accelerator, :mod:`approxcv._placement`; default ``None``) and, for ERM,
+accelerator, :mod:`approxcv._runtime.placement`; default ``None``) and, for ERM,
 ``glm_structure``, ``batched_refit`` and ``fold_check`` (below), ``own_estimators``
 (a model that computes its cross-validation methods itself: Gaussian processes) and
 ``fit_concerns(params, data)`` (reasons the fit may not be the optimum, e.g. an HMM's
@@ -181,7 +181,7 @@ class Model:
     #: how batched optimisers evaluate the rows (starts, folds) of a batch:
     #: :func:`approxcv.optim.quasi_newton.over_rows` (``"vmap"`` or ``"map"``)
     batch_rows: str = "vmap"
-    #: what the model's programs are (:mod:`approxcv._placement`): ``"sequential"`` for
+    #: what the model's programs are (:mod:`approxcv._runtime.placement`): ``"sequential"`` for
     #: recursions over time, which run on the host's CPU beside an accelerator
     compute_profile: str | None = None
 
@@ -317,7 +317,7 @@ class Model:
 
     def padded_units(self, data, level: str):
         """``(data, n)``: prepared ``data`` padded with null units to a size bucket
-        (:func:`approxcv._sizes.length_bucket`) and its number of units ``n``, so that data
+        (:func:`approxcv._runtime.sizes.length_bucket`) and its number of units ``n``, so that data
         of similar sizes share one set of compiled programs (fits and cross-validation).
         A null unit adds nothing to the objective nor to any held-out loss, at any weight:
         every fold's result is the same as on ``data``. The default pads nothing:

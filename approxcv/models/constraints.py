@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._arrays import array_module
+from .._runtime import array_module
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from ._transforms import logits_to_log_simplex
 

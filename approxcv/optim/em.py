@@ -36,7 +36,7 @@ from jax import lax
 
 from .newton import newton_minimize
 from .quasi_newton import over_rows
-from .._compile import jit
+from .._runtime import jit
 
 __all__ = ["EMResult", "em_minimize", "batched_em"]
 

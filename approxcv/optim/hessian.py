@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._batched_map import map_in_batches
+from .._runtime import map_in_batches
 
 
 def data_entries(tree) -> int:

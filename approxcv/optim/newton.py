@@ -19,9 +19,8 @@ from jax import lax
 
 from .hessian import hessian_by_hvp, sweep_chunk, tangent_chunk, value_grad_fd_hessian
 from .quasi_newton import GTOL, MinimizeResult, over_rows
-from .._batched_map import map_in_batches
-from .._compile import host_workers, jit
-from .._placement import carry_placement
+from .._runtime import carry_placement, jit, map_in_batches
+from ..executors import host_workers
 
 #: largest ``D x n`` for which :func:`newton_polish` asks for ``J`` too (32 MB): the
 #: IJ then finds the program compiled; larger ``J`` is not worth forming for a polish

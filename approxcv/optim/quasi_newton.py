@@ -31,8 +31,7 @@ import numpy as np
 from jax import lax
 
 from .hessian import hessian_by_hvp, tangent_chunk, value_grad_fd_hessian
-from .._compile import jit
-from .._placement import current_platform
+from .._runtime import current_platform, jit
 
 #: L-BFGS history length (optimistix's default)
 LBFGS_HISTORY = 10
@@ -225,7 +224,7 @@ def over_rows(fn, rows: str = "vmap"):
     twice slower for exact-CV refits of HMMs (3.6 times for a bare forward-backward of 4
     rows) than the same rows in sequence; elsewhere, and for models without
     such a recursion, ``vmap`` is used (the platform is the placement's,
-    :mod:`approxcv._placement`). Arguments that are ``None`` are passed through."""
+    :mod:`approxcv._runtime.placement`). Arguments that are ``None`` are passed through."""
     if rows != "map" or current_platform() != "cpu":
         def batched(*args):
             return jax.vmap(fn, tuple(None if a is None else 0 for a in args))(*args)

@@ -40,10 +40,9 @@ import jax.scipy.linalg as jsl
 from jax import lax
 import numpy as np
 
-from .._compile import jit
+from .._runtime import jit, map_in_batches
 from .._validate import check_choice
 from ..engine import aloo
-from .._batched_map import map_in_batches
 from ..errors import NotPositiveDefiniteError
 from ..optim.newton import newton_minimize
 from ..optim.pd import jittered_cholesky
@@ -61,7 +60,7 @@ QUADRATIC_STOP = 1e-14
 
 #: the tuning programs (the grid's fits and ALOOCV, the Newton loop's step) compile with
 #: XLA's fast-compile options when their array arguments hold at most this many elements
-#: (:func:`approxcv._compile.jit`): a design of up to about 4,000 entries (80 x 10, a
+#: (:func:`approxcv._runtime.compile.jit`): a design of up to about 4,000 entries (80 x 10, a
 #: scikit-learn check's data) runs in milliseconds, and compiling is its whole first call;
 #: breast cancer's padded 576 x 33 design (19,000) keeps XLA's optimised code
 FAST_COMPILE_ELEMENTS = 4096

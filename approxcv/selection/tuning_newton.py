@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._compile import jit
+from .._runtime import jit
 from ..optim.newton import newton_minimize
 from .tuning_gradient import (FAST_COMPILE_ELEMENTS, QUADRATIC_STOP, _acv_closed_form,
                               _hessian, _objective)

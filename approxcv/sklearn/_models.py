@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .._sizes import LENGTH_BITS, count_bucket
+from .._runtime import LENGTH_BITS, count_bucket
 from .._validate import as_real_array, check_finite
 from ..errors import InvalidDataError
 from ..models.erm.base import ERM, ERMData, ridge_total
@@ -39,7 +39,7 @@ def padded_rows(n: int) -> int:
     cross-validation on data of nearby sizes (a grid search's splits, scikit-learn's checks,
     ``alo_score`` on the splits of an outer CV) share compiled programs: the next power of
     two (at least 16) up to :data:`POW2_MAX_ROWS` rows, above that the next number with
-    four significant bits (:data:`~approxcv._sizes.LENGTH_BITS`, as data lengths; less
+    four significant bits (:data:`~approxcv._runtime.sizes.LENGTH_BITS`, as data lengths; less
     than 12.5 % more rows). The fit's time grows with the rows: breast cancer (569 rows)
     took 0.048 s on 1,024 rows against 0.022 s unpadded, 0.029 s on 640 (another
     machine); on an AMD EPYC with AVX-512 the estimator's warm fit took 0.012-0.014 s on

@@ -294,7 +294,7 @@ def test_exact_refits_in_threads_equal_one_batch_after_another(monkeypatch):
     """In process, exact CV runs its batches of refits one per core in threads; the numbers
     are those of one batch after another (``APPROXCV_THREADS=1``)."""
     import approxcv as acv
-    from approxcv._compile import host_workers
+    from approxcv.executors import host_workers
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 3))
     data = (X, X @ np.array([1.0, -1.0, 0.5]) + rng.normal(size=40))

@@ -31,7 +31,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...optim.pd import factor_hessian, solve
-from ..._batched_map import map_in_batches
+from ..._runtime import jit, map_in_batches
 from ..derivatives import full_derivatives
 from ..aloo import glm_jacobian
 from ..diagnostics import cg_diagnostics, fit_diagnostics
@@ -42,7 +42,6 @@ from ..fold_checks import with_fold_check
 from ..matrix_free import ij_params_cg
 from .model_estimators import model_estimator
 from ..registry import register_method
-from ..._compile import jit
 
 #: CG tolerance of the full-data Newton system ``H s = g`` solved alongside the IJ folds'
 #: systems: ``s`` only feeds the ``newton_step_norm`` diagnostic, and at an unconverged fit

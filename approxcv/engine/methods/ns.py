@@ -32,7 +32,7 @@ from ..matrix_free import newton_params_cg
 from .model_estimators import model_estimator
 from ..registry import register_method
 from ...optim.newton import polish_jacobian
-from ..._compile import jit
+from ..._runtime import jit
 
 
 #: up to this many folds, where the fit's ``(F, g, H, J)`` sweep is small

@@ -53,7 +53,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ..._compile import jit
+from ..._runtime import jit
 from .covariance import kernel_matrix
 from .ep import ep_posterior
 from .posterior import split_theta

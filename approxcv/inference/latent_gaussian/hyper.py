@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-from ..._compile import jit
+from ..._runtime import jit
 from ...errors import FitError
 from ...optim import batched_minimize, single_start
 from .posterior import log_marginal

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..._compile import jit
+from ..._runtime import jit
 from .covariance import kernel_matrix, n_kernel_params
 from .ep import ep_fit, ep_log_marginal
 from .laplace import (jittered_kernel, laplace_log_marginal, laplace_mode,

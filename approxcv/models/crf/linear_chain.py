@@ -62,7 +62,7 @@ from ...optim import batched_minimize
 from .. import constraints as C
 from ..base import Model, check_weights, left_out
 from .data import CRFBucket, CRFData, bucket_lengths
-from ..._compile import jit
+from ..._runtime import jit
 from ...problem import make_problem
 
 __all__ = ["LinearChainCRF", "LinearChainCRFParams", "CRFData", "CRFBucket"]

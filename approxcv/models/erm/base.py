@@ -35,7 +35,7 @@ import numpy as np
 
 from ...errors import user_stacklevel
 from ..._validate import as_real_array, check_finite, check_positive_int
-from ..._compile import jit
+from ..._runtime import jit
 from ...fitting import single_run
 from ...optim import batched_minimize
 from .. import constraints as C

@@ -43,7 +43,7 @@ from ...optim import MinimizeResult
 from .elastic_net_support import (ElasticNetOnSupport, ElasticNetParams,
                                   off_support_curvature, support_changes)
 from .base import ERM, ERMData, _flat_objective, check_lam, design_matrix, weights_array
-from ..._compile import jit
+from ..._runtime import jit
 
 __all__ = ["ElasticNet", "ElasticNetParams", "ElasticNetOnSupport", "SupportChangeWarning",
            "enet_fit"]

@@ -25,8 +25,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from .base import ERM, check_lam, design_matrix, weights_array
-from ..._batched_map import map_in_batches
-from ..._compile import jit
+from ..._runtime import jit, map_in_batches
 
 __all__ = ["ElasticNetParams", "ElasticNetOnSupport", "support_penalty",
            "off_support_curvature", "support_changes"]

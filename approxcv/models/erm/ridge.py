@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._compile import jit
+from ..._runtime import jit
 from .base import ERM, ERMData, _flat_objective
 
 __all__ = ["Ridge", "RidgeParams", "ridge_solve"]

@@ -68,7 +68,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._compile import jit
+from ..._runtime import jit
 from ...inference.latent_gaussian.cavities import block_cavity_lpd
 from ...inference.latent_gaussian.estimators import ESTIMATORS, SHIFT_TOL, marginal_pareto_k
 from ...inference.latent_gaussian.importance import K_HAT_THRESHOLD, combine_points

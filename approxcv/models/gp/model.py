@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from ..._compile import jit
+from ..._runtime import jit
 from ..._validate import check_choice, check_finite, check_positive_int, real_number
 from ...inference.latent_gaussian import likelihoods as _lik
 from ...inference.latent_gaussian.covariance import KERNEL_NAMES, kernel_matrix, n_kernel_params

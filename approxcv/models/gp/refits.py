@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._compile import jit
+from ..._runtime import jit
 from ...engine.checkpoint import Checkpoint, fingerprint, fold_digest
 from ...executors import run_batches
 from ...inference.latent_gaussian.posterior import latent_posterior, split_theta

@@ -18,7 +18,7 @@ import numpy as np
 from ...errors import user_stacklevel
 from ...errors import EmptyStateWarning
 from ...inference import chain
-from ..._compile import jit
+from ..._runtime import jit
 
 
 @functools.partial(jit, static_argnums=0)

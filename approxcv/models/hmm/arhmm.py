@@ -61,8 +61,7 @@ from ._occupancy import check_occupancy
 from .._transforms import inverse_gamma_log_prior, normal_log_prior
 from .gaussian_hmm import _kmeans, lagged
 from .. import constraints as C
-from ..._compile import jit
-from ..._placement import placed
+from ..._runtime import jit, placed
 from ...fitting import fit_method
 from .base import HMM, Sequences, ar_forecast_mean, check_array, recent_steps
 

@@ -10,7 +10,7 @@ sequences of possibly different lengths (``level="structure"``: the units are se
 Sequences are padded to a common length; padded steps have emission log-likelihood 0 and,
 the transition matrix being stochastic, contribute exactly nothing to ``log Z``. Fits and
 cross-validation also pad the time axis to a size bucket (:meth:`HMM.padded_units`,
-:func:`approxcv._sizes.length_bucket`), so that series of similar lengths share their
+:func:`approxcv._runtime.sizes.length_bucket`), so that series of similar lengths share their
 compiled programs; at level ``"within"`` the padded steps are null units of the engine.
 
 A fitted model's uses, for every family, in the protocol's style ``model.method(params,
@@ -40,9 +40,7 @@ from ...optim import batched_minimize
 from ...optim.newton import polish_rows
 from ...errors import (ArgumentTypeError, InvalidArgumentError, LocalOptimumWarning,
                       InvalidDataError)
-from ..._compile import jit
-from ..._placement import SEQUENTIAL, placed
-from ..._sizes import length_bucket
+from ..._runtime import SEQUENTIAL, jit, length_bucket, placed
 from ...fitting import best_start, fit_method, padded, perturbation_restarts
 from ...inference import chain
 from .. import constraints as C
@@ -193,7 +191,7 @@ class HMM(ChainWindows, Model):
 
     def padded_units(self, data, level: str):
         """``(Sequences, n)``: the prepared ``data`` with the time axis padded to
-        :func:`~approxcv._sizes.length_bucket` of its length by masked steps (emission
+        :func:`~approxcv._runtime.sizes.length_bucket` of its length by masked steps (emission
         log-likelihood 0: nothing added to ``log Z`` nor to any held-out loss, and weighted
         by 0 under scheme B, see :meth:`objective`), and its number of units: the padded
         length at level ``"within"``, the sequences at ``"structure"``."""
@@ -454,7 +452,7 @@ class HMM(ChainWindows, Model):
     def fit(self, data, level: str | None = None, init_params=None):
         """MAP fit on all data from ``n_init`` starts, best kept: EM + Newton polish, or
         BFGS + Newton polish. Beside an accelerator it runs on the host's CPU
-        (:mod:`approxcv._placement`; ``APPROXCV_DEVICE`` chooses otherwise).
+        (:mod:`approxcv._runtime.placement`; ``APPROXCV_DEVICE`` chooses otherwise).
 
         Up to ``EM_MAX_DIM`` parameters (and unless ``fit_em`` is False) every start is
         refined by generalised EM in one compiled loop and the best EM point is polished
@@ -736,7 +734,7 @@ class HMM(ChainWindows, Model):
     #: forward pass carries the batch through every time step (twice slower)
     batch_rows: str = "map"
     #: a recursion over time: fits and cross-validation run on the host's CPU beside an
-    #: accelerator (:mod:`approxcv._placement`)
+    #: accelerator (:mod:`approxcv._runtime.placement`)
     compute_profile: str | None = SEQUENTIAL
 
     def _emission_log_lik(self, params, x):

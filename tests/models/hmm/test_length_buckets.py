@@ -1,11 +1,11 @@
-"""Series padded to a size bucket (``HMM.padded_units``, :mod:`approxcv._sizes`): every
+"""Series padded to a size bucket (``HMM.padded_units``, :mod:`approxcv._runtime.sizes`): every
 number is that of the series alone, and another length in the same bucket compiles nothing."""
 import jax
 import numpy as np
 import pytest
 
 import approxcv as acv
-from approxcv._sizes import length_bucket
+from approxcv._runtime.sizes import length_bucket
 from approxcv.engine import lanes
 from approxcv.errors import FoldIndexError
 from approxcv.models.hmm import base as hmm_base

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from . import _compilation_cache
-from ._jax_version import warn_if_deadlock_prone
+from . import compilation_cache
+from .version import warn_if_deadlock_prone
 
 __all__ = ["install", "configure", "configured", "cache_directory"]
 
@@ -36,7 +36,7 @@ def cache_directory() -> str | None:
 def configure() -> str | None:
     """Turn on JAX's 64-bit floats and approxcv's compilation cache (once per process,
     importing JAX if it is not yet); return the cache directory in use (``None`` when off,
-    see :mod:`approxcv._compilation_cache`)."""
+    see :mod:`approxcv._runtime.compilation_cache`)."""
     if _STATE["configured"]:
         return _STATE["cache_dir"]
     _STATE["configured"] = True
@@ -45,7 +45,7 @@ def configure() -> str | None:
     import jaxlib
     warn_if_deadlock_prone(jaxlib.__version__)
     jax.config.update("jax_enable_x64", True)
-    _STATE["cache_dir"] = _compilation_cache.enable(jax.config, jaxlib.__version__)
+    _STATE["cache_dir"] = compilation_cache.enable(jax.config, jaxlib.__version__)
     return _STATE["cache_dir"]
 
 

@@ -1,13 +1,22 @@
-"""Every use of JAX's and jaxlib's private API in approxcv, in one place.
+"""Every use of JAX's and jaxlib's private API in approxcv, and every workaround of a JAX
+or jaxlib defect, in one place.
 
 No other module of approxcv imports ``jax._src``, reaches into a private attribute of a JAX
 object or calls jaxlib's internals (``tests/test_layout.py`` checks the imports). Each
-workaround below names the JAX version that needs it and when it can go; all were written
-for and checked on jax/jaxlib 0.9.2 (``pyproject.toml`` excludes 0.10.* and 0.11.0,
-``approxcv/_jax_version.py``). On a JAX whose internals moved, each one fails in the way
-its caller already handles: the program store (:mod:`approxcv._program_cache`) then
-bypasses (a key cannot be made), or a load or store fails and is counted, and the program
-is compiled as by ``jax.jit``.
+workaround below opens with a ``# needed by ... -- delete when ...`` line: the JAX version
+that needs it and the one at which it can go. All were written for and checked on
+jax/jaxlib 0.9.2; ``pyproject.toml`` allows jax/jaxlib >= 0.4.38 but 0.10.* and 0.11.0
+(:mod:`approxcv._runtime.version`), and no later release has been checked, so where no
+fixed release is known the line says so ("jax>=?"). On a JAX whose internals moved, each
+one fails in the way its caller already handles: the program store
+(:mod:`approxcv._runtime.program_cache`) then bypasses (a key cannot be made), or a load or
+store fails and is counted, and the program is compiled as by ``jax.jit``.
+
+Two version checks stay outside, in modules that run at ``import approxcv`` and so may not
+import JAX (this one does): the guard against the jaxlib releases whose LAPACK kernels can
+deadlock (:mod:`approxcv._runtime.version`), and which CPUs get the loader's false ERROR
+line (:func:`approxcv._runtime.compilation_cache.loader_flags_this_cpu`, the threshold
+half of :data:`LOADER_FALSE_ERROR`'s workaround). Each carries the same kind of line.
 
 Nothing here changes a global setting: the one context manager that touches JAX's
 configuration (:func:`jax_cache_threshold`) sets a thread-local value for its block only,
@@ -26,16 +35,20 @@ import tempfile
 import threading
 
 import jax
+import jax.monitoring
 import numpy as np
 from jax.experimental import serialize_executable
 
 __all__ = ["trace_context", "jax_cache_threshold", "serialize", "deserialize",
-           "unloaded_executable", "prepare_lapack_kernels", "quiet_loader_warnings",
-           "LOADER_WARNING", "LOADER_FALSE_ERROR"]
+           "unloaded_executable", "has_callbacks_or_effects", "prepare_lapack_kernels",
+           "quiet_loader_warnings", "counting_jax_cache_hits", "LOADER_WARNING",
+           "LOADER_FALSE_ERROR"]
 
 
 # ----------------------------------------------------------------- JAX's trace context
 
+# needed by jax <= 0.9.2 (private jax._src.config; checked on 0.9.2) -- delete when
+# jax>=? (the first JAX with a public trace context; none known as of 0.9.2)
 def trace_context() -> str:
     """``repr`` of JAX's trace context (x64, matmul precision, default device, ...: the
     thread-local settings that decide what a trace gives), part of a program's key in the
@@ -49,6 +62,8 @@ def trace_context() -> str:
 
 # ----------------------------------------------------- JAX's persistent cache, per thread
 
+# needed by jax <= 0.9.2 (private jax._src.config; checked on 0.9.2) -- delete when
+# jax>=? (the first JAX with a public per-thread or per-call cache switch; none known)
 def jax_cache_threshold(seconds: float):
     """A block in which JAX's persistent cache stores only programs that took at least
     ``seconds`` to compile, in this thread only (``float("inf")``: none). The public
@@ -66,6 +81,8 @@ def jax_cache_threshold(seconds: float):
 
 # --------------------------------------------------------- serializing a compiled program
 
+# needed by jax <= 0.9.2 (private attribute; checked on 0.9.2) -- delete with
+# serialize() below, when jax>=? (see _Pickler)
 def unloaded_executable(compiled):
     """The executable of a ``jax.stages.Compiled`` before it was loaded (what is
     serialized), or ``None``. Private attribute, as
@@ -74,6 +91,18 @@ def unloaded_executable(compiled):
     return getattr(getattr(compiled, "_executable", None), "_unloaded_executable", None)
 
 
+# needed by jax <= 0.9.2 (private executable attributes; checked on 0.9.2) -- delete with
+# unloaded_executable()
+def has_callbacks_or_effects(unloaded) -> bool:
+    """Whether the unloaded executable (:func:`unloaded_executable`) has host callbacks or
+    side effects (attributes of JAX's private executable class, JAX 0.9.2)."""
+    return bool(getattr(unloaded, "host_callbacks", None)
+                or getattr(unloaded, "ordered_effects", None)
+                or getattr(unloaded, "unordered_effects", None))
+
+
+# needed by jaxlib 0.9.2 ("LessThan is not serializable"; checked on 0.9.2) -- delete when
+# jax>=? (the first whose serialize_executable.serialize writes every program; none known)
 class _Pickler(serialize_executable._JaxPjrtPickler):
     """``jax.experimental.serialize_executable``'s (private) pickler, writing the executable
     as JAX's own cache does (``LoadedExecutable.serialize``): the client's serializer that
@@ -88,13 +117,16 @@ class _Pickler(serialize_executable._JaxPjrtPickler):
         return super().persistent_id(obj)
 
 
+# needed by jax/jaxlib 0.9.2 (deserialize_and_load takes no compile options; checked on
+# 0.9.2) -- delete when jax>=? (the first whose deserialize_and_load takes them; none known)
 class _Unpickler(serialize_executable._JaxPjrtUnpickler):
     """``jax.experimental.serialize_executable``'s (private) unpickler, loading the
     executable with the XLA options it was compiled with: without them jaxlib 0.9.2's CPU
     runtime looks its kernels up under other names (``Function ..._fusion not found``, or
     a crash) when the options change code generation (approxcv's classic emitters,
-    ``approxcv._compile.compiler_options``). ``serialize_executable.deserialize_and_load``
-    takes no compile options (JAX 0.9.2); can go when it does."""
+    ``approxcv._runtime.compile.compiler_options``).
+    ``serialize_executable.deserialize_and_load`` takes no compile options (JAX 0.9.2); can
+    go when it does."""
 
     def __init__(self, file, backend, options):
         super().__init__(file, backend)
@@ -117,6 +149,7 @@ class ConstantArguments(Exception):
     ``serialize_executable.serialize`` refuses them)."""
 
 
+# needed by jax/jaxlib 0.9.2 (private attributes, _Pickler) -- delete with _Pickler
 def serialize(compiled) -> tuple:
     """``(payload, in_tree, out_tree)`` of a ``jax.stages.Compiled``:
     ``serialize_executable.serialize`` with :class:`_Pickler` (private attributes read as
@@ -131,6 +164,7 @@ def serialize(compiled) -> tuple:
         return file.getvalue(), in_tree, compiled.out_tree
 
 
+# needed by jax/jaxlib 0.9.2 (_Unpickler, prepare_lapack_kernels) -- delete with them
 def deserialize(payload: bytes, in_tree, out_tree, options: dict | None):
     """The ``jax.stages.Compiled`` of a :func:`serialize` payload, loaded on the first
     device with the XLA ``options`` it was compiled with:
@@ -149,6 +183,8 @@ def deserialize(payload: bytes, in_tree, out_tree, options: dict | None):
 _LAPACK_READY = []
 
 
+# needed by jaxlib 0.9.2 (a loaded program's LAPACK call crashes; checked on 0.9.2) --
+# delete when jaxlib>=? (the first whose loaded executables set up their kernels; none known)
 def prepare_lapack_kernels() -> None:
     """Set up jaxlib's LAPACK kernels, which JAX otherwise does when it first lowers a
     linear-algebra operation: in jaxlib 0.9.2 a loaded program that calls one before that
@@ -163,19 +199,23 @@ def prepare_lapack_kernels() -> None:
 
 # ------------------------------------------------------------ the loader's WARNING lines
 
+# needed by jaxlib 0.9.x (jax-ml/jax#38445; 0.10.* is excluded by pyproject, 0.9.2 checked)
+# -- delete when jaxlib>=? (the first that no longer logs it; none checked above 0.9.2)
 #: the line jaxlib 0.9-0.10 logs from C++ on *every* load of a serialized CPU executable
 #: (jax-ml/jax#38445: PjRt-IFRT answers "unimplemented" to the version check and the loader
 #: goes on); dropped around approxcv's own loads (:func:`quiet_loader_warnings`)
 LOADER_WARNING = re.compile(r"^W\d{4} .*pjrt_executable\.cc:\d+\] Assume version "
                             r"compatibility\. PjRt-IFRT does not track XLA executable")
 
+# needed by jaxlib 0.9.1-0.10.1 on AVX-512 CPUs (jax-ml/jax#38445) -- delete when jaxlib>=0.11
+# is pyproject's floor (assumed fixed there, not checked: compilation_cache.LOADER_FIXED_IN)
 #: the ERROR line jaxlib 0.9-0.10's CPU AOT loader logs on every load on a CPU with
 #: AVX-512 (jax-ml/jax#38445): XLA adds LLVM *tuning* preferences (``prefer-...``,
 #: ``fast-...``) to the target features, and the loader takes them for instruction sets
 #: the host lacks. Only lines naming such a tuning feature match: a real mismatch (an
 #: instruction set such as ``+avx512f`` missing on the host) is written back, visible.
 #: Dropped around approxcv's own loads; can go with the jaxlib that skips tuning features
-#: (:data:`approxcv._compilation_cache.LOADER_FIXED_IN`)
+#: (:data:`approxcv._runtime.compilation_cache.LOADER_FIXED_IN`)
 LOADER_FALSE_ERROR = re.compile(r"^E\d{4} .*cpu_aot_loader\.cc:\d+\] Loading XLA:CPU AOT "
                                 r"result\. Target machine feature \+(prefer|fast)-[\w-]+ is "
                                 r"not\s+supported on the host machine")
@@ -184,6 +224,7 @@ _QUIET = {"depth": 0, "saved": None, "file": None}
 _QUIET_LOCK = threading.Lock()
 
 
+# needed by jaxlib 0.9.x (LOADER_WARNING, LOADER_FALSE_ERROR) -- delete with the later of them
 @contextlib.contextmanager
 def quiet_loader_warnings():
     """A block (approxcv's load of a stored program) in which the C++ lines XLA writes to
@@ -257,3 +298,30 @@ def _close_quiet() -> None:
 def _dropped(line: str) -> bool:
     """Whether a caught stderr line is one of the loader's false lines (not written back)."""
     return bool(LOADER_WARNING.search(line) or LOADER_FALSE_ERROR.search(line))
+
+
+# ------------------------------------------------------------- JAX's cache hits, counted
+
+# needed by jax < 0.5 (no jax.monitoring.unregister_event_listener; pyproject allows
+# 0.4.38) -- delete the fallback branch when jax>=0.5 is pyproject's floor
+@contextlib.contextmanager
+def counting_jax_cache_hits():
+    """A block that counts the programs JAX's persistent cache hands back in this thread
+    (``hits[0]``): a JAX monitoring listener registered for the block only (public
+    ``jax.monitoring``), so that approxcv leaves no listener in the user's process. On a
+    JAX without ``unregister_event_listener`` nothing is counted (no listener is left
+    behind; the store's threshold keeps its programs out of JAX's cache)."""
+    hits, me = [0], threading.get_ident()
+    unregister = getattr(jax.monitoring, "unregister_event_listener", None)
+    if unregister is None:
+        yield hits
+        return
+
+    def count(event: str, **kwargs) -> None:
+        if event == "/jax/compilation_cache/cache_hits" and threading.get_ident() == me:
+            hits[0] += 1
+    jax.monitoring.register_event_listener(count)
+    try:
+        yield hits
+    finally:
+        unregister(count)

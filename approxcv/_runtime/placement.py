@@ -32,7 +32,7 @@ import os
 
 import jax
 
-from ._validate import check_choice
+from .._validate import check_choice
 
 #: the choices of ``device=`` and ``APPROXCV_DEVICE``
 DEVICE_CHOICES = ("auto", "default", "cpu")

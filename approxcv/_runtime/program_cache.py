@@ -1,6 +1,6 @@
 """A persistent cache of approxcv's compiled programs, keyed *before* tracing.
 
-JAX's persistent compilation cache (:mod:`approxcv._compilation_cache`) is keyed by the
+JAX's persistent compilation cache (:mod:`approxcv._runtime.compilation_cache`) is keyed by the
 lowered program, so a later process still traces and lowers every program before it can
 load one: in the README example (PoissonHMM(2) on 2,000 steps, IJ on 200 folds) a second
 process spent 0.64 s tracing and 0.37 s lowering, of its 2.1 s, to load programs it already
@@ -31,7 +31,7 @@ never a guess:
 
 It is on only where it is safe and useful: approxcv's compilation cache is on in its own
 directory (so that on a CPU whose loader logs false errors JAX's cache holds approxcv's
-programs only, :data:`approxcv._compilation_cache.own_threshold`), JAX runs on
+programs only, :data:`approxcv._runtime.compilation_cache.own_threshold`), JAX runs on
 one CPU device, ``jax_disable_jit`` is off, and ``APPROXCV_NO_PROGRAM_CACHE`` is unset.
 Programs whose trace, lower and compile took at least :data:`MIN_SECONDS` are stored, one
 file each under ``<compilation cache>/programs`` (written atomically); the directory is kept
@@ -51,8 +51,8 @@ program is compiled again and stored anew, without a line on stderr.
 A loaded program's calls are waited for until one has run it, and one that fails to run
 (any exception: XLA's runtime error, or JAX's ``TypeError`` for arguments the executable
 was not compiled for) is rejected likewise. The line jaxlib 0.9-0.10 logs for every load is
-dropped around the load (:func:`approxcv._jax_workarounds.quiet_loader_warnings`); the
-private JAX API the store needs lives in :mod:`approxcv._jax_workarounds`. jaxlib 0.9.2
+dropped around the load (:func:`approxcv._runtime.workarounds.quiet_loader_warnings`); the
+private JAX API the store needs lives in :mod:`approxcv._runtime.workarounds`. jaxlib 0.9.2
 can write a CPU executable without all its kernels (``Function select_select_fusion not
 found`` when run: seen once in a test run that shared the directory between two
 processes, not reproduced). The known cause is an
@@ -82,10 +82,9 @@ from importlib import metadata
 from pathlib import Path
 
 import jax
-import jax.monitoring
 import numpy as np
 
-from . import _compilation_cache, _jax_setup, _jax_workarounds
+from . import compilation_cache, setup, workarounds
 
 __all__ = ["use_directory", "directory", "active", "paused", "fingerprint", "Unkeyable",
            "program_key", "environment", "namespace_digest", "source_digest", "stats", "clear", "MIN_SECONDS",
@@ -143,27 +142,27 @@ class Unkeyable(Exception):
 def use_directory(directory) -> None:
     """Keep programs under ``directory`` from now on (``~`` expanded; ``None``: back to the
     default, :func:`directory`)."""
-    _STATE["dir"] = None if directory is None else _compilation_cache.expanded(directory)
+    _STATE["dir"] = None if directory is None else compilation_cache.expanded(directory)
     _STATE["usable"] = _STATE["bytes"] = None
 
 
 def directory() -> Path | None:
     """Where programs are kept: the directory :func:`use_directory` set, else
     ``programs`` in approxcv's compilation cache when approxcv configured that cache itself
-    (:func:`approxcv._jax_setup.configure`), else ``None`` (off). Resolved once configured
+    (:func:`approxcv._runtime.setup.configure`), else ``None`` (off). Resolved once configured
     (every call of a program asks, and naming the CPU reads ``/proc/cpuinfo``)."""
     if _STATE["dir"] is not None:
         return _STATE["dir"]
-    if _STATE["default"] is None and _jax_setup.configured():
-        in_use = _jax_setup.cache_directory()
+    if _STATE["default"] is None and setup.configured():
+        in_use = setup.cache_directory()
         _STATE["default"] = (Path(in_use) / "programs" if in_use
-                             and Path(in_use) == _compilation_cache.cache_dir() else False)
+                             and Path(in_use) == compilation_cache.cache_dir() else False)
     return _STATE["default"] or None
 
 
 def disabled_by_env() -> bool:
     """Whether :data:`DISABLE_ENV` turns the cache off."""
-    return _compilation_cache.switched_off(DISABLE_ENV)
+    return compilation_cache.switched_off(DISABLE_ENV)
 
 
 @contextlib.contextmanager
@@ -202,7 +201,7 @@ def quiet_jax_cache() -> bool:
 
 def clear() -> None:
     """Forget the programs held in this process (as ``jax.clear_caches`` does for JAX's):
-    the wrappers of :func:`approxcv._compile.jit` register their in-memory tables here."""
+    the wrappers of :func:`approxcv._runtime.compile.jit` register their in-memory tables here."""
     for table in list(_TABLES):
         table.clear()
     with _LOCK:
@@ -314,7 +313,7 @@ def fingerprint(x, _seen=None, _depth: int = 0) -> str:
     if isinstance(x, types.MethodType):
         return f"method({sub(x.__func__)};{sub(x.__self__)})"
     program = getattr(x, "__acv_program__", None)
-    if program is not None:                     # a function wrapped by _compile.jit
+    if program is not None:                     # a function wrapped by compile.jit
         return "program(" + ",".join(sub(v) for v in program) + ")"
     if isinstance(x, types.FunctionType):
         return _function(x, sub)
@@ -357,13 +356,17 @@ def _attributes(x) -> dict:
 
 # ---------------------------------------------------------------------------- environment
 
+#: the installed approxcv package, whose sources :func:`source_digest` reads (this module
+#: lives in its ``_runtime/``)
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
 @functools.cache
 def source_digest() -> str:
     """sha256 of every ``.py`` file of the installed approxcv package (names and bytes)."""
-    root = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        h.update(str(path.relative_to(PACKAGE_ROOT)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()
 
@@ -387,7 +390,7 @@ _CACHE_SETTINGS = ("compilation_cache", "persistent_cache", "log_compiles",
 def environment() -> str:
     """What besides a program's own key decides its compiled code (module docstring)."""
     try:
-        context = _jax_workarounds.trace_context()      # JAX's trace context (private)
+        context = workarounds.trace_context()      # JAX's trace context (private)
     except (ImportError, AttributeError) as err:
         raise Unkeyable(f"JAX's trace context is unavailable ({err})") from None
     if " at 0x" in context:
@@ -528,22 +531,22 @@ def reject(key: str, why: str) -> None:
 
 
 def _serialize(compiled) -> tuple:
-    """``(payload, in_tree, out_tree)`` of ``compiled`` (:func:`approxcv._jax_workarounds.
+    """``(payload, in_tree, out_tree)`` of ``compiled`` (:func:`approxcv._runtime.workarounds.
     serialize`); :class:`Unkeyable` for a program with constant arguments."""
     try:
-        return _jax_workarounds.serialize(compiled)
-    except _jax_workarounds.ConstantArguments as why:
+        return workarounds.serialize(compiled)
+    except workarounds.ConstantArguments as why:
         raise Unkeyable(str(why)) from None
 
 
 def _deserialize(blob: bytes, options: dict | None):
     """The program of a verified payload (:func:`verified_payload`) loaded with the XLA
-    ``options`` it was compiled with (:func:`approxcv._jax_workarounds.deserialize`), one
+    ``options`` it was compiled with (:func:`approxcv._runtime.workarounds.deserialize`), one
     at a time, without the line jaxlib 0.9-0.10 logs for every load
-    (:func:`approxcv._jax_workarounds.quiet_loader_warnings`)."""
+    (:func:`approxcv._runtime.workarounds.quiet_loader_warnings`)."""
     payload, in_tree, out_tree = pickle.loads(blob)
-    with _XLA_LOCK, _jax_workarounds.quiet_loader_warnings():
-        return _jax_workarounds.deserialize(payload, in_tree, out_tree, options)
+    with _XLA_LOCK, workarounds.quiet_loader_warnings():
+        return workarounds.deserialize(payload, in_tree, out_tree, options)
 
 
 def store(key: str, compiled) -> None:
@@ -571,7 +574,7 @@ def store(key: str, compiled) -> None:
 
 
 #: the custom calls a stored program may make: jaxlib's LAPACK kernels, set up before a
-#: load (:func:`approxcv._jax_workarounds.prepare_lapack_kernels`)
+#: load (:func:`approxcv._runtime.workarounds.prepare_lapack_kernels`)
 STORABLE_CUSTOM_CALLS = ("lapack_",)
 
 
@@ -579,11 +582,10 @@ def unstorable(compiled) -> str | None:
     """Why ``compiled`` cannot be stored, or ``None``: host callbacks or side effects (they
     refer to objects of this process), or a custom call other than
     :data:`STORABLE_CUSTOM_CALLS` (whose kernel a later process may not have set up)."""
-    unloaded = _jax_workarounds.unloaded_executable(compiled)
+    unloaded = workarounds.unloaded_executable(compiled)
     if unloaded is None:
         return "not serializable"
-    if (getattr(unloaded, "host_callbacks", None) or getattr(unloaded, "ordered_effects", None)
-            or getattr(unloaded, "unordered_effects", None)):
+    if workarounds.has_callbacks_or_effects(unloaded):
         return "host callbacks or effects"
     targets = set(re.findall(r'custom_call_target="([^"]+)"', compiled.as_text() or ""))
     other = sorted(t for t in targets if not t.startswith(STORABLE_CUSTOM_CALLS))
@@ -647,9 +649,10 @@ def compile_and_store(jitted, key: str, args, kwargs):
     and stored under ``key`` if that took :data:`MIN_SECONDS`."""
     start = time.perf_counter()
     with _outside_jax_cache():
-        lowered = jitted.lower(*args, **kwargs)     # traced outside the lock: a trace may
-        with _XLA_LOCK, _counting_jax_cache_hits() as hits:    # call (load, compile)
-            compiled = lowered.compile()                        # other programs
+        # traced outside the lock: a trace may call (load, compile) other programs
+        lowered = jitted.lower(*args, **kwargs)
+        with _XLA_LOCK, workarounds.counting_jax_cache_hits() as hits:
+            compiled = lowered.compile()
     stats["compiled"] += 1
     if hits[0]:
         # loaded from JAX's cache: such an executable does not serialize whole (jaxlib
@@ -665,14 +668,14 @@ def compile_bypassed(jitted, args, kwargs):
     """``jitted`` (a program no key can name, compiled without :data:`MARK`) lowered and
     compiled for the call ``(args, kwargs)`` through JAX's own cache, without the line
     jaxlib 0.9-0.10 logs when that cache loads it
-    (:func:`approxcv._jax_workarounds.quiet_loader_warnings`); where JAX's cache takes only
+    (:func:`approxcv._runtime.workarounds.quiet_loader_warnings`); where JAX's cache takes only
     approxcv's programs (an AVX-512 CPU whose loader logs false errors,
-    :data:`approxcv._compilation_cache.own_threshold`), with approxcv's threshold in this
+    :data:`approxcv._runtime.compilation_cache.own_threshold`), with approxcv's threshold in this
     thread. Returns a ``jax.stages.Compiled`` (it takes the dynamic arguments only)."""
     lowered = jitted.lower(*args, **kwargs)
-    own = _compilation_cache.own_threshold
-    with (_jax_workarounds.jax_cache_threshold(own) if own is not None
-          else contextlib.nullcontext()), _jax_workarounds.quiet_loader_warnings():
+    own = compilation_cache.own_threshold
+    with (workarounds.jax_cache_threshold(own) if own is not None
+          else contextlib.nullcontext()), workarounds.quiet_loader_warnings():
         return lowered.compile()
 
 
@@ -696,7 +699,7 @@ def checked_run(loaded, key: str, args, kwargs):
 def options_known(options: dict) -> bool:
     """Whether a process with this Python, JAX, jaxlib and ``XLA_FLAGS`` has already compiled
     a program with the XLA ``options`` (:func:`record_options`): approxcv's check that XLA
-    knows its options (:func:`approxcv._compile.compiler_options`, a small compile of
+    knows its options (:func:`approxcv._runtime.compile.compiler_options`, a small compile of
     0.02-0.1 s in every process) is then skipped."""
     path = _options_path(options)
     return path is not None and path.exists()
@@ -732,26 +735,6 @@ def discard(key: str) -> None:
 def _outside_jax_cache():
     """A context in which a program compiled is not written to JAX's cache: one copy on
     disk, and one JAX's cache could hand back would not serialize whole (JAX's threshold
-    raised in the compiling thread only, :func:`approxcv._jax_workarounds.
+    raised in the compiling thread only, :func:`approxcv._runtime.workarounds.
     jax_cache_threshold`; no effect where that is missing)."""
-    return _jax_workarounds.jax_cache_threshold(float("inf"))
-
-
-@contextlib.contextmanager
-def _counting_jax_cache_hits():
-    """A block that counts the programs JAX's persistent cache hands back in this thread
-    (``hits[0]``): a JAX monitoring listener registered for the block only (public
-    ``jax.monitoring``), so that approxcv leaves no listener in the user's process."""
-    hits, me = [0], threading.get_ident()
-    unregister = getattr(jax.monitoring, "unregister_event_listener", None)
-    if unregister is None:          # a JAX without it (before 0.5): no listener left
-        yield hits                  # behind; _outside_jax_cache keeps marked programs out
-        return
-    def count(event: str, **kwargs) -> None:
-        if event == "/jax/compilation_cache/cache_hits" and threading.get_ident() == me:
-            hits[0] += 1
-    jax.monitoring.register_event_listener(count)
-    try:
-        yield hits
-    finally:
-        unregister(count)
+    return workarounds.jax_cache_threshold(float("inf"))

@@ -1,5 +1,4 @@
-"""``jit``: ``jax.jit`` with approxcv's XLA compile options, resolved at the first call;
-``host_workers``: how many compiled programs approxcv runs at once in threads.
+"""``jit``: ``jax.jit`` with approxcv's XLA compile options, resolved at the first call.
 
 On CPU every approxcv program is compiled with XLA's classic elemental emitters
 (``xla_cpu_use_fusion_emitters=False``). approxcv's programs are loop-heavy — scans over
@@ -25,7 +24,7 @@ The options are looked up when a wrapped function is first called, not when it i
 defined, so importing approxcv does not initialise a JAX backend.
 
 Outside a traced program, a call goes through approxcv's persistent program cache where it
-is on (:mod:`approxcv._program_cache`): the program for these static arguments and argument
+is on (:mod:`approxcv._runtime.program_cache`): the program for these static arguments and argument
 shapes is looked up in the wrapper's table, then on disk, and only then lowered and compiled
 — a later process runs it without tracing. What that cache cannot key exactly goes through
 ``jax.jit`` as before.
@@ -34,14 +33,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 
 import jax
 import numpy as np
 
-from . import _compilation_cache, _program_cache
-from ._placement import current_platform
-from .errors import InvalidArgumentError
+from . import program_cache
+from .placement import current_platform
 
 
 #: XLA options that trade run time for compile time (the pair ``JAX_DISABLE_MOST_
@@ -55,7 +52,7 @@ def compiler_options(platform: str = "cpu", fast: bool = False,
                      marked: bool = False) -> dict | None:
     """XLA options for approxcv's programs on ``platform`` (module docstring); ``fast``:
     with :data:`FAST_COMPILE_OPTIONS` too (the plain options where this XLA does not know
-    them); ``marked``: with the program cache's mark (:data:`approxcv._program_cache.MARK`,
+    them); ``marked``: with the program cache's mark (:data:`approxcv._runtime.program_cache.MARK`,
     for programs compiled through that cache)."""
     if platform != "cpu":
         return None
@@ -63,8 +60,8 @@ def compiler_options(platform: str = "cpu", fast: bool = False,
     if fast:
         options.update(FAST_COMPILE_OPTIONS)
     if marked:
-        options.update(_program_cache.MARK)
-    if _program_cache.options_known(options):      # checked by an earlier process
+        options.update(program_cache.MARK)
+    if program_cache.options_known(options):      # checked by an earlier process
         return options
     try:
         jax.jit(lambda x: x, compiler_options=options).lower(0.0).compile()
@@ -72,7 +69,7 @@ def compiler_options(platform: str = "cpu", fast: bool = False,
         if marked:      # without the mark (a program JAX's cache hands back is not stored)
             return compiler_options(platform, fast)
         return compiler_options(platform) if fast else None
-    _program_cache.record_options(options)
+    program_cache.record_options(options)
     return options
 
 
@@ -87,7 +84,7 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
     first call; usable as ``@jit``, ``@partial(jit, static_argnums=...)`` or
     ``jit(fun, ...)``. Inside another traced program it is a plain nested ``jax.jit`` (the
     outer program's options apply). The options are those of the platform the call runs on
-    (:func:`~approxcv._placement.current_platform`: a program placed on the host's CPU
+    (:func:`~approxcv._runtime.placement.current_platform`: a program placed on the host's CPU
     beside an accelerator gets the CPU's), with :data:`FAST_COMPILE_OPTIONS` where the
     array arguments hold at most ``fast_compile_elements`` elements (0: never). The
     wrapper keeps ``fun`` as ``__wrapped__``."""
@@ -96,11 +93,11 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
                                  **jit_kwargs)
     compiled = {}
     # programs by (options, static arguments, argument shapes), through the persistent
-    # program cache (approxcv._program_cache): (callable, whether it takes the static
+    # program cache (approxcv._runtime.program_cache): (callable, whether it takes the static
     # arguments too, the key of a loaded program not yet run or None; _cached_call)
-    programs = _program_cache.register_table({})
+    programs = program_cache.register_table({})
     # programs compiled by approxcv outside the store, by the same keys (_quiet_call)
-    unbypassed = _program_cache.register_table({})
+    unbypassed = program_cache.register_table({})
     split = _ArgumentSplit(fun, jit_kwargs)
 
     def jitted_for(key):
@@ -120,17 +117,17 @@ def jit(fun=None, *, fast_compile_elements: int = 0, **jit_kwargs):
         nested = any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
         small = (not nested and fast_compile_elements > 0
                  and array_elements(leaves) <= fast_compile_elements)
-        cached = not nested and _program_cache.active()
+        cached = not nested and program_cache.active()
         key = True if nested else (current_platform(), small, cached)
         jitted, options = jitted_for(key)
         if not cached:
-            if nested or key[0] != "cpu" or not _program_cache.quiet_jax_cache():
+            if nested or key[0] != "cpu" or not program_cache.quiet_jax_cache():
                 return jitted(*args, **kwargs)
             # the program store is off, JAX's cache on: compiled by approxcv, so that a
-            # load from JAX's cache is silent (_program_cache.compile_bypassed)
+            # load from JAX's cache is silent (program_cache.compile_bypassed)
             return _quiet_call(unbypassed, jitted, split, key, args, kwargs)
         # a call the program cache cannot key runs without the cache's mark: a marked
-        # program must never reach JAX's cache (module docstring of _program_cache)
+        # program must never reach JAX's cache (module docstring of program_cache)
         unmarked = functools.partial(jitted_for, (key[0], small, False))
         return _cached_call(programs, jitted, unmarked, split,
                             call.__acv_program__ + (key, options), args, kwargs)
@@ -173,50 +170,51 @@ class _ArgumentSplit:
 
 
 def _cached_call(programs, jitted, unmarked, split, program, args, kwargs):
-    """Call ``jitted`` through the persistent program cache (:mod:`approxcv._program_cache`),
-    its programs held in ``programs``; ``program`` names it (the function, its ``jit``
-    options and its compile options). A call the cache cannot key goes through
-    ``unmarked()[0]``, the same function compiled without the cache's mark."""
+    """Call ``jitted`` through the persistent program cache
+    (:mod:`approxcv._runtime.program_cache`), its programs held in ``programs``;
+    ``program`` names it (the function, its ``jit`` options and its compile options). A
+    call the cache cannot key goes through ``unmarked()[0]``, the same function compiled
+    without the cache's mark."""
     if not split.usable:
         return unmarked()[0](*args, **kwargs)
     statics, dyn_args, dyn_kwargs = split(args, kwargs)
     try:
         leaves, treedef = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
-        table_key = (program[-2], statics, treedef, _program_cache.avals(leaves))
+        table_key = (program[-2], statics, treedef, program_cache.avals(leaves))
         found = programs.get(table_key)
-    except (TypeError, _program_cache.Unkeyable):       # an unhashable static value
+    except (TypeError, program_cache.Unkeyable):       # an unhashable static value
         return unmarked()[0](*args, **kwargs)
     if found is None:
         # one thread loads or compiles a program; others calling it meanwhile wait for it
-        with _program_cache.program_lock((id(programs), table_key)):
+        with program_cache.program_lock((id(programs), table_key)):
             found = programs.get(table_key)
             if found is None:
-                ready, unchecked = _program_cache.compiled_program(
+                ready, unchecked = program_cache.compiled_program(
                     jitted, program, statics, treedef, table_key[-1], args, kwargs)
                 if ready is None:                        # no key: JAX's jit and its cache
-                    ready = _program_cache.compile_bypassed(unmarked()[0], args, kwargs)
+                    ready = program_cache.compile_bypassed(unmarked()[0], args, kwargs)
                 full = not isinstance(ready, jax.stages.Compiled)  # a jit takes statics too
                 found = programs[table_key] = (ready, full, unchecked)
     ready, full, unchecked = found
     if unchecked is None:
         return ready(*args, **kwargs) if full else ready(*dyn_args, **dyn_kwargs)
     # a loaded program until one call has run it: each call waits for its outputs, and one
-    # that fails to run is compiled again (_program_cache.checked_run)
-    outputs = _program_cache.checked_run(ready, unchecked, dyn_args, dyn_kwargs)
-    if outputs is not _program_cache.NOT_RUN:
+    # that fails to run is compiled again (program_cache.checked_run)
+    outputs = program_cache.checked_run(ready, unchecked, dyn_args, dyn_kwargs)
+    if outputs is not program_cache.NOT_RUN:
         programs[table_key] = (ready, full, None)
         return outputs
-    with _program_cache.program_lock((id(programs), table_key)):
+    with program_cache.program_lock((id(programs), table_key)):
         if programs.get(table_key) is found:
-            programs[table_key] = (_program_cache.compile_and_store(jitted, unchecked, args,
-                                                                    kwargs), False, None)
+            programs[table_key] = (program_cache.compile_and_store(jitted, unchecked, args,
+                                                                   kwargs), False, None)
         ready, full, _ = programs[table_key]
     return ready(*args, **kwargs) if full else ready(*dyn_args, **dyn_kwargs)
 
 
 def _quiet_call(programs, jitted, split, key, args, kwargs):
     """Call ``jitted`` compiled for these static arguments and argument shapes by
-    :func:`approxcv._program_cache.compile_bypassed` (through JAX's cache, without the line
+    :func:`approxcv._runtime.program_cache.compile_bypassed` (through JAX's cache, without the line
     jaxlib 0.9-0.10 logs for each load), held in ``programs``; a call that cannot be split
     or keyed goes to ``jitted`` itself."""
     if not split.usable:
@@ -224,51 +222,17 @@ def _quiet_call(programs, jitted, split, key, args, kwargs):
     statics, dyn_args, dyn_kwargs = split(args, kwargs)
     try:
         leaves, treedef = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
-        table_key = (key, statics, treedef, _program_cache.avals(leaves))
+        table_key = (key, statics, treedef, program_cache.avals(leaves))
         found = programs.get(table_key)
-    except (TypeError, _program_cache.Unkeyable):
+    except (TypeError, program_cache.Unkeyable):
         return jitted(*args, **kwargs)
     if found is None:
-        with _program_cache.program_lock((id(programs), table_key)):
+        with program_cache.program_lock((id(programs), table_key)):
             found = programs.get(table_key)
             if found is None:
-                found = programs[table_key] = _program_cache.compile_bypassed(
+                found = programs[table_key] = program_cache.compile_bypassed(
                     jitted, args, kwargs)
     return found(*dyn_args, **dyn_kwargs)
 
 
-def host_workers() -> int:
-    """Compiled programs approxcv runs at once in threads (chunks of folds,
-    :func:`approxcv.engine.batching.in_chunks`; parts of a long Hessian sweep,
-    :func:`approxcv.optim.newton.parallel_value_and_derivatives`): on CPU the cores this
-    process may use (at most :data:`MAX_HOST_WORKERS`), as each such program — a recursion
-    over time — runs on one core; elsewhere 1 (one accelerator runs one program at a
-    time; the platform is the placement's, :func:`~approxcv._placement.current_platform`).
-    The environment variable ``APPROXCV_THREADS`` sets it on CPU, above the cap too
-    (``1``: one program at a time, e.g. on a machine shared with other jobs)."""
-    if current_platform() != "cpu":
-        return 1
-    if os.environ.get("APPROXCV_THREADS"):          # the user's limit (1: one at a time)
-        try:
-            threads = int(os.environ["APPROXCV_THREADS"])
-            if threads < 1:
-                raise ValueError
-            return threads
-        except ValueError:
-            raise InvalidArgumentError(
-                "APPROXCV_THREADS must be a positive integer, got "
-                f"{os.environ['APPROXCV_THREADS']!r}") from None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:                      # not on Linux
-        cores = os.cpu_count() or 1
-    return int(max(1, min(cores, MAX_HOST_WORKERS)))
-
-
-#: the most compiled programs run at once on CPU by default (:func:`host_workers`): each
-#: holds its own batch, so memory grows with them, and a container's CPU quota may be
-#: below the cores it can see; ``APPROXCV_THREADS`` may ask for more
-MAX_HOST_WORKERS = 4
-
-
-__all__ = ["compiler_options", "jit", "host_workers", "MAX_HOST_WORKERS"]
+__all__ = ["compiler_options", "jit"]

@@ -22,7 +22,7 @@ to stderr, and nothing in the configuration avoids the cause:
 * ``W ... pjrt_executable.cc] Assume version compatibility. PjRt-IFRT does not track XLA
   executable versions.``: a WARNING on *every* load (PjRt-IFRT answers "unimplemented" to
   the version check, and the loader goes on). approxcv drops this one line around its own
-  loads only (``approxcv._jax_workarounds.quiet_loader_warnings``: stderr is caught for
+  loads only (``approxcv._runtime.workarounds.quiet_loader_warnings``: stderr is caught for
   the load and every other line written back); the user's ``TF_CPP_MIN_LOG_LEVEL`` is
   left as it is, so a program of the user's that JAX's own cache loads logs it as JAX
   does (``TF_CPP_MIN_LOG_LEVEL=2``, set by the user, hides it).
@@ -34,7 +34,7 @@ to stderr, and nothing in the configuration avoids the cause:
   the host lacks (later XLA skips ``prefer-``/``fast-`` features). The program is loaded
   and runs correctly. approxcv drops exactly these lines — those naming a ``prefer-`` or
   ``fast-`` tuning feature — around its own loads (the same block as the WARNING's,
-  ``approxcv._jax_workarounds.LOADER_FALSE_ERROR``); a line naming a real instruction set
+  ``approxcv._runtime.workarounds.LOADER_FALSE_ERROR``); a line naming a real instruction set
   the host lacks is written back, visible. On such a machine with such a jaxlib
   (:func:`loader_flags_this_cpu`) JAX's cache stores nothing compiled outside approxcv
   (its threshold is infinite but in approxcv's own compiles), so no program of the
@@ -71,7 +71,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from .errors import CompilationCacheWarning
+from ..errors import CompilationCacheWarning
 
 #: programs that compile faster than this are not cached. Loading an entry costs a file
 #: read and jaxlib 0.9-0.10 logs a WARNING per load (the module docstring),
@@ -186,6 +186,8 @@ def unusable(path: Path) -> str | None:
     return None
 
 
+# needed by jaxlib 0.9.1-0.10.1 on AVX-512 CPUs (jax-ml/jax#38445; with the false ERROR line
+# in workarounds.LOADER_FALSE_ERROR) -- delete when jaxlib>=0.11 is pyproject's floor
 def loader_flags_this_cpu(jaxlib_version: str) -> bool:
     """Whether loading a cached program prints the CPU AOT loader's false ERROR line here:
     an x86 CPU with AVX-512 and a jaxlib before :data:`LOADER_FIXED_IN` (module
@@ -234,7 +236,7 @@ def enable(config, jaxlib_version: str = "0") -> str | None:
     affected = loader_flags_this_cpu(jaxlib_version)
     config.update("jax_compilation_cache_dir", str(path))
     # where the loader prints false errors for every program it loads, JAX's cache writes
-    # nothing outside approxcv's compiles (approxcv._compile raises the threshold for its
+    # nothing outside approxcv's compiles (approxcv._runtime.compile raises the threshold for its
     # own, in their thread; their loads drop the false lines): no program of the user's is
     # loaded from approxcv's cache with the loader's false ERROR
     config.update("jax_persistent_cache_min_compile_time_secs",

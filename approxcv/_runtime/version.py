@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 import warnings
 
+# needed by jaxlib 0.10.0-0.11.0 (excluded by pyproject; a guard for installs that ignore it)
+# -- delete when jaxlib>=0.11.1 is pyproject's floor
 DEADLOCK_PRONE = ((0, 10, 0), (0, 11, 1))   # [first, first fixed)
 
 
