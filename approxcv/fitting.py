@@ -18,10 +18,10 @@ from .errors import ConvergenceWarning, FitError
 from .optim import MAX_DENSE_DIM, MinimizeResult, batched_minimize, single_start
 from .optim.newton import polish_rows
 from .problem import flat_params, make_problem
-from ._runtime import carry_placement
+from ._runtime import carry_placement, pad_rows
 from .executors import host_workers
 
-__all__ = ["map_fit", "best_start", "perturbation_restarts", "padded", "pad_rows", "rows_in_threads",
+__all__ = ["map_fit", "best_start", "perturbation_restarts", "padded", "rows_in_threads",
            "single_run", "fit_method", "MAX_PERTURB_ROUNDS"]
 
 #: most rounds of :func:`perturbation_restarts`
@@ -32,13 +32,6 @@ def fit_method(dim: int, newton_steps: int = 2) -> tuple:
     """``(newton_steps, method)`` of the fitting optimiser for ``dim`` parameters:
     BFGS + Newton polish up to ``MAX_DENSE_DIM``, L-BFGS without polish above it."""
     return (newton_steps, "bfgs") if dim <= MAX_DENSE_DIM else (0, "lbfgs")
-
-
-def pad_rows(rows: int, *arrays):
-    """Each array with its last row repeated up to ``rows`` rows (unchanged if it has as
-    many or more): one batch shape, so a batched optimiser compiles once."""
-    return tuple(np.concatenate([a, np.repeat(a[-1:], max(rows - len(a), 0), 0)])
-                 for a in map(np.asarray, arrays))
 
 
 def padded(solve, rows: int, data, threads: bool = False):

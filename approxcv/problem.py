@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import ArgumentTypeError, InvalidDataError
+from .engine.with_numbers import WithNumbers
 from ._runtime import array_module, jit
 
 __all__ = ["Problem", "GLMStructure", "Windows", "Lanes", "WithNumbers", "make_problem",
@@ -113,13 +114,6 @@ class Windows(NamedTuple):
     """
     heldout: Callable
     context: Any
-
-
-class WithNumbers(NamedTuple):
-    """``Problem.data`` of a model with numeric hyperparameters: the prepared data and
-    ``{name: array}`` of those hyperparameters, arguments of the compiled programs."""
-    data: Any
-    numbers: dict
 
 
 class _Structure:

@@ -236,3 +236,61 @@ def test_the_runtime_names_what_it_looks_up_on_first_use():
                  and getattr(n.test, "id", None) == "TYPE_CHECKING")
     named = {a.name: node.module for node in block.body for a in node.names}
     assert named == runtime._ON_FIRST_USE
+
+
+def _layer_rows() -> list[list[str]]:
+    """The rows of docs/design.md's "Layers" picture, top first: each row's entries as
+    module names or package prefixes (``"approxcv.cli."``, ``"approxcv.api"``)."""
+    text = (ROOT.parent / "docs" / "design.md").read_text()
+    block = text.split("## Layers\n\n", 1)[1].split("\n\n")[1]    # the picture
+    rows, left = [], ""
+    for line in block.splitlines():
+        if line.startswith(" " * 8) and not line[4:].strip()[:1].isalnum() \
+                and not line.strip().startswith("_"):
+            continue
+        entry = line[4:52].strip()
+        if not entry:                          # a continued description
+            continue
+        left += (" " if left else "") + entry
+        if left.endswith(","):                 # the row's entries go on on the next line
+            continue
+        names = []
+        for item in left.split(","):
+            item = item.strip().split("  ")[0].split(" (")[0].strip()
+            if not item:
+                continue
+            item = item.replace("<family>/", "")
+            names.append("approxcv." + (item[:-1].replace("/", ".") + "." if item.endswith("/")
+                                        else item[:-3].replace("/", ".")))
+        rows.append(names)
+        left = ""
+    return rows
+
+
+def _row_of(module: str, rows) -> int | None:
+    """The row of ``module``: its most specific entry (a module before its package)."""
+    best, length = None, -1
+    for i, row in enumerate(rows):
+        for entry in row:
+            hit = ((module + ".").startswith(entry) if entry.endswith(".")
+                   else module == entry)
+            if hit and len(entry) > length:
+                best, length = i, len(entry)
+    return best
+
+
+def test_design_md_lists_the_layers_and_no_module_imports_a_row_above_its_own():
+    """docs/design.md, "Layers": a module imports only modules on its own row or below
+    (rows listed top first; a package's ``__init__`` may gather its own members, as
+    ``composite/__init__`` does ``composite/selection.py``); every module of the package but
+    its ``__init__`` is on a row."""
+    rows = _layer_rows()
+    assert len(rows) >= 10 and rows[0] == ["approxcv.cli."], rows
+    graph = import_graph()
+    unplaced = sorted(m for m in graph if m != "approxcv" and _row_of(m, rows) is None)
+    assert not unplaced, f"modules on no row of docs/design.md's Layers: {unplaced}"
+    upward = sorted((a, b) for a, targets in graph.items() for b in targets
+                    if a != "approxcv" and b != "approxcv"
+                    and not b.startswith(a + ".")      # a package's __init__: its members
+                    and _row_of(b, rows) < _row_of(a, rows))
+    assert not upward, f"imports of a row above the importer's: {upward}"

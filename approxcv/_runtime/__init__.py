@@ -30,7 +30,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from .setup import configure, install
-from .sizes import LENGTH_BITS, count_bucket, length_bucket
+from .sizes import LENGTH_BITS, count_bucket, length_bucket, pad_rows
 
 if TYPE_CHECKING:
     from .arrays import array_module
@@ -53,4 +53,4 @@ def __getattr__(name):
 
 __all__ = ["install", "configure", "jit", "map_in_batches", "array_module", "placed",
            "current_platform", "carry_placement", "device_choice", "SEQUENTIAL",
-           "length_bucket", "count_bucket", "LENGTH_BITS"]
+           "length_bucket", "count_bucket", "LENGTH_BITS", "pad_rows"]

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..executors import run_batches
-from ..problem import WithNumbers
+from .with_numbers import WithNumbers
 from .._runtime import jit, map_in_batches
 
 

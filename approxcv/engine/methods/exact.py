@@ -49,10 +49,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...errors import user_stacklevel
+from ..._runtime import pad_rows
 from ...errors import (ConvergenceWarning, InvalidArgumentError, LocalOptimumWarning,
                        NoWorkersError)
 from ...executors import check_executor, run_batches
-from ...fitting import pad_rows
 from ...optim import batched_minimize, batched_newton_minimize, single_start
 from ...optim.precondition import hessian_preconditioner, preconditioned
 from ..checkpoint import Checkpoint, fingerprint, fold_digest
