@@ -30,16 +30,17 @@ import importlib
 from typing import TYPE_CHECKING
 
 from .setup import configure, install
-from .sizes import LENGTH_BITS, count_bucket, length_bucket, pad_rows
+from .sizes import LENGTH_BITS, count_bucket, length_bucket
 
 if TYPE_CHECKING:
     from .arrays import array_module
-    from .batched_map import map_in_batches
+    from .batched_map import map_in_batches, pad_rows
     from .compile import jit
     from .placement import SEQUENTIAL, carry_placement, current_platform, device_choice, placed
 
 #: names looked up on first use (their modules import JAX): the module that defines each
-_ON_FIRST_USE = {"jit": "compile", "map_in_batches": "batched_map", "array_module": "arrays",
+_ON_FIRST_USE = {"jit": "compile", "map_in_batches": "batched_map", "pad_rows": "batched_map",
+                 "array_module": "arrays",
                  "SEQUENTIAL": "placement", "carry_placement": "placement",
                  "current_platform": "placement", "device_choice": "placement",
                  "placed": "placement"}

@@ -8,14 +8,11 @@ distinct sizes few: with ``bits`` significant bits a size grows by less than
 The padding itself is the caller's: null units of a weighted objective (an HMM's masked
 steps, :meth:`approxcv.models.base.Model.padded_units`), fold rows padded with an
 out-of-range index (:class:`approxcv.folds.Folds`' ``width``) or copies of a fold
-(:mod:`approxcv.engine.fold_buckets`); :func:`pad_rows` pads the rows of a batch (starts,
-weights) to one batch shape by repeating the last.
+(:mod:`approxcv.engine.fold_buckets`).
 """
 from __future__ import annotations
 
-import numpy as np
-
-__all__ = ["round_up_significant", "LENGTH_BITS", "length_bucket", "count_bucket", "pad_rows"]
+__all__ = ["round_up_significant", "LENGTH_BITS", "length_bucket", "count_bucket"]
 
 #: significant bits of a padded data length or fold width (at most 12.5 % padding)
 LENGTH_BITS = 4
@@ -47,9 +44,3 @@ def count_bucket(n: int, least: int, pow2_max: int, bits: int = 3) -> int:
         return max(least, 1 << (n - 1).bit_length())
     return round_up_significant(n, bits)
 
-
-def pad_rows(rows: int, *arrays):
-    """Each array with its last row repeated up to ``rows`` rows (unchanged if it has as
-    many or more): one batch shape, so a batched optimiser compiles once."""
-    return tuple(np.concatenate([a, np.repeat(a[-1:], max(rows - len(a), 0), 0)])
-                 for a in map(np.asarray, arrays))
