@@ -5,6 +5,7 @@ import functools
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import jax
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from approxcv._runtime import program_cache as _program_cache
+from approxcv._runtime import workarounds
 from approxcv.engine.methods import ij as ij_module
 from approxcv.problem import flat_params
 from tests.conftest import cache_child_env
@@ -107,6 +109,7 @@ jax.monitoring.register_event_duration_secs_listener(
     lambda e, d, **k: compiles.append(e) if e.endswith("backend_compile_duration") else None)
 import approxcv as acv
 from approxcv._runtime import program_cache as _program_cache
+from approxcv._runtime import workarounds
 _program_cache.MIN_SECONDS = 0
 x = acv.datasets.load_calls(300)
 model = acv.models.PoissonHMM(n_states=2)
@@ -296,3 +299,21 @@ def test_a_later_process_skips_the_check_of_the_xla_options(tmp_path, monkeypatc
     finally:
         _compile.compiler_options.cache_clear()
         pc.use_directory(None)
+
+
+def test_the_store_is_on_only_within_the_releases_it_was_checked_on(monkeypatch):
+    """Outside :data:`STORE_CHECKED_JAX` the store is off, said once (a RuntimeWarning and
+    ``stats["off"]``); the installed jax and jaxlib are inside (the suite runs on them)."""
+    on, why = workarounds.store_checked(jax.__version__, metadata.version("jaxlib"))
+    assert on and why == ""
+    off, why = workarounds.store_checked("0.8.1", "0.9.2")
+    assert not off and why.startswith("approxcv's program store is off: jax 0.8.1 lie")
+    assert not workarounds.store_checked("0.9.2", "0.10.1")[0]
+    if _program_cache.directory() is None:
+        pytest.skip("approxcv's compilation cache is off in this environment")
+    monkeypatch.setattr(workarounds, "STORE_CHECKED_JAX", ((9, 0, 0), (10, 0, 0)))
+    monkeypatch.setitem(_program_cache._STATE, "usable", None)
+    monkeypatch.setitem(_program_cache.stats, "off", None)
+    with pytest.warns(RuntimeWarning, match="program store is off"):
+        assert _program_cache.active() is False
+    assert "checked on" in _program_cache.stats["off"]

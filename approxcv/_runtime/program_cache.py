@@ -32,7 +32,10 @@ never a guess:
 It is on only where it is safe and useful: approxcv's compilation cache is on in its own
 directory (so that on a CPU whose loader logs false errors JAX's cache holds approxcv's
 programs only, :data:`approxcv._runtime.compilation_cache.own_threshold`), JAX runs on
-one CPU device, ``jax_disable_jit`` is off, and ``APPROXCV_NO_PROGRAM_CACHE`` is unset.
+one CPU device, ``jax_disable_jit`` is off, ``APPROXCV_NO_PROGRAM_CACHE`` is unset, and the
+installed jax and jaxlib lie in the releases it has been checked on
+(:data:`~approxcv._runtime.workarounds.STORE_CHECKED_JAX`; outside them it is off, said once
+in a ``RuntimeWarning`` and ``stats["off"]``).
 Programs whose trace, lower and compile took at least :data:`MIN_SECONDS` are stored, one
 file each under ``<compilation cache>/programs`` (written atomically); the directory is kept
 under :data:`MAX_BYTES` by removing the least recently written entries. :data:`stats`
@@ -78,6 +81,7 @@ import tempfile
 import threading
 import time
 import types
+import warnings
 from importlib import metadata
 from pathlib import Path
 
@@ -183,8 +187,19 @@ def active() -> bool:
         return False
     if _STATE["usable"] is None:
         _STATE["usable"] = (not disabled_by_env() and jax.default_backend() == "cpu"
-                            and jax.device_count() == 1)
+                            and jax.device_count() == 1 and _checked_release())
     return _STATE["usable"]
+
+
+def _checked_release() -> bool:
+    """Whether the installed jax and jaxlib lie in the releases the store has been
+    checked on (:data:`~approxcv._runtime.workarounds.STORE_CHECKED_JAX`); outside them the
+    store is off, said once per process (``stats["off"]`` and a ``RuntimeWarning``)."""
+    on, why = workarounds.store_checked(jax.__version__, metadata.version("jaxlib"))
+    if not on:
+        stats["off"] = why
+        warnings.warn(why, RuntimeWarning, stacklevel=2)
+    return on
 
 
 def quiet_jax_cache() -> bool:

@@ -39,10 +39,38 @@ import jax.monitoring
 import numpy as np
 from jax.experimental import serialize_executable
 
+from .version import parse_version
+
 __all__ = ["trace_context", "jax_cache_threshold", "serialize", "deserialize",
            "unloaded_executable", "has_callbacks_or_effects", "prepare_lapack_kernels",
            "quiet_loader_warnings", "counting_jax_cache_hits", "LOADER_WARNING",
-           "LOADER_FALSE_ERROR"]
+           "LOADER_FALSE_ERROR", "STORE_CHECKED_JAX", "store_checked"]
+
+
+# ------------------------------------------------ where the program store may run at all
+
+# needed by every use of private API below (the store's serialisation and its key): the
+# jax/jaxlib releases the suite has passed on with the store on -- widen when another
+# release has been checked (on 0.4.38-0.7.x the executable's constructor and fields differ
+# and the store stored nothing)
+#: ``[first, first unchecked)`` of jax and of jaxlib within which the program store is on
+STORE_CHECKED_JAX = ((0, 9, 0), (0, 10, 0))
+
+
+def store_checked(jax_version: str, jaxlib_version: str) -> tuple[bool, str]:
+    """``(on, why)``: whether both versions lie in :data:`STORE_CHECKED_JAX`, and if not,
+    a sentence saying so (the program store is then off: programs compile as by
+    ``jax.jit``, and JAX's own persistent cache still serves later processes)."""
+    first, after = STORE_CHECKED_JAX
+    outside = [f"{name} {v}" for name, v in (("jax", jax_version), ("jaxlib", jaxlib_version))
+               if not first <= parse_version(v) < after]
+    if not outside:
+        return True, ""
+    span = f"{'.'.join(map(str, first))} <= version < {'.'.join(map(str, after))}"
+    return False, (f"approxcv's program store is off: {' and '.join(outside)} lie outside "
+                   f"the releases it has been checked on ({span}); programs are compiled "
+                   "as by jax.jit, and JAX's own persistent cache still serves later "
+                   "processes")
 
 
 # ----------------------------------------------------------------- JAX's trace context
