@@ -112,9 +112,10 @@ def _case(name):
 
 
 MODELS = ["PoissonHMM", "GaussianHMM", "GaussianHMM-AR1", "CategoricalHMM", "ARHMM",
-          "ARHMM-sequences", "NeuralARHMM", "Pointwise", "TimeVaryingPoisson", "Ridge", "Logistic", "PoissonRegression",
-          "ElasticNet", "LinearChainCRF", "LinearChainCRF-within", "HiddenPotts", "SCL-PL1",
-          "GP-probit-laplace", "GP-probit-ep", "GP-gaussian"]
+          "ARHMM-sequences", "NeuralARHMM", "Pointwise", "TimeVaryingPoisson", "Ridge",
+          "Logistic", "PoissonRegression", "ElasticNet", "LinearChainCRF",
+          "LinearChainCRF-within", "HiddenPotts", "SCL-PL1", "GP-probit-laplace", "GP-probit-ep",
+          "GP-gaussian"]
 #: models that compute their own methods (``Model.own_estimators``): a GP holds its
 #: hyperparameters at the full-data fit and refuses "ij"/"ns", so it has its own table test
 #: (test_fit_own_methods_exact_agree)

@@ -99,8 +99,8 @@ from .lanes import (lanes_chord_steps, lanes_first_steps, lanes_fold_losses,
 from .matrix_free import block_conjugate_gradient
 from .windows import taylor_chord_steps, use_taylor_chord_steps
 
-__all__ = ["finish_error_estimate", "ij_chord_steps", "ij_chord_steps_cg", "full_hessian_chord_steps",
-           "slow_second_round",
+__all__ = ["finish_error_estimate", "ij_chord_steps", "ij_chord_steps_cg",
+           "full_hessian_chord_steps", "slow_second_round",
            "refined_params", "estimate_errors", "ij_first_steps", "ij_second_steps",
            "ChordScreen", "ij_chord_screen", "screened_estimate_errors", "contracting",
            "SCREEN_FRACTION", "SCREEN_MAX_RATE", "SLOW_RATE"]

@@ -35,9 +35,13 @@ step 2; the first fold of the walk that none vouches for (or the ``k``-th, ``2k`
 of the walk with ``refit_every=k``) is refitted exactly and becomes the expansion point of
 the folds after it (the approximate LFO of Bürkner, Gabry & Vehtari 2020, with the IJ in
 place of importance sampling and the error estimate in place of Pareto k). No NS stage:
-a refit there serves every later fold. Step 5 follows the walk (folds lower at one of its
-refits than at their own expansion are refitted from it, within ``max_exact``;
-:data:`OTHER_OPTIMUM_ROUNDS` rounds, each round's refits candidates of the next).
+a refit there serves every later fold. After the walk the earliest origin is refitted
+when the walk did not (the probe, :data:`LFO_PROBE`). Step 5 follows (folds lower at one of
+the refits than at their own expansion are refitted from it, within ``max_exact``;
+:data:`OTHER_OPTIMUM_ROUNDS` rounds, each round's refits candidates of the next); then a
+fold not refitted whose objective is lower at any optimum the refits reached (their
+runner-up starts included) than at its estimate is marked ``"other_basin"``
+(:mod:`approxcv.engine.other_basins`).
 
 ``diagnostics["fold_method"]`` records which method produced each fold (``"ij"``,
 ``"chord"``, ``"ns"``, ``"exact"``); ``diagnostics["error_estimate"]`` is that method's
@@ -449,9 +453,9 @@ def auto_future(problem, folds, options, origins, walk: str | None = None):
 
     ``diagnostics``: as :func:`auto`'s, plus ``refit_origins`` (fold ids of the folds the
     walk refitted, in walk order; ``other_optimum_folds`` those refitted after it, step
-    5), ``lfo_probe`` (the probe's fold id, or empty), ``lfo_reference`` (per fold: the fold id of the
-    expansion point it was expanded from, ``-1`` the full-data fit, its own id where it was
-    refitted), ``lfo_origins`` and ``lfo_walk``.
+    5), ``lfo_probe`` (the probe's fold id, or empty), ``lfo_reference`` (per fold: the
+    fold id of the expansion point it was expanded from, ``-1`` the full-data fit, its own
+    id where it was refitted), ``lfo_origins`` and ``lfo_walk``.
     """
     walk = LFO_WALK if walk is None else walk
     quiet = dataclasses.replace(options, warn=False, progress=False)

@@ -33,8 +33,9 @@ shows the fit is not the best optimum (``better_optimum_folds``,
 Diagnostics, per fold: ``exact_objective``, ``exact_converged``, ``exact_num_steps``,
 ``exact_grad_norm`` (in the optimiser's coordinates: ``||dF/dv||`` when whitened),
 ``exact_warm_gap`` (warm refit minus the kept one), ``exact_start_spread`` (range over the
-fold's own starts), ``exact_competing_objective`` / ``exact_competing_loss`` / ``exact_competing_u`` (the
-runner-up optimum; its held-out loss where within the gap; its parameters, NaN where none), ``exact_lowest_objective``; per run:
+fold's own starts), ``exact_competing_objective`` / ``exact_competing_loss`` /
+``exact_competing_u`` (the runner-up optimum; its held-out loss where within the gap; its
+parameters, NaN where none), ``exact_lowest_objective``; per run:
 ``exact_cross_starts`` (folds refitted from another fold's optimum, listed in
 ``exact_improved_folds``), ``restart_disagreement_folds``, ``worse_optimum_folds``,
 ``exact_precondition`` (``"hessian"``, ``"repaired"`` or ``"identity"``) and

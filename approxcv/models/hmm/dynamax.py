@@ -30,11 +30,11 @@ records them):
 With ``emissions`` (as given to ``fit_em``) the fit is checked to be the optimum approxcv's
 own fit of the same objective finds (else it is a poorer local optimum of EM, and every
 approximate fold at it is marked: :func:`~approxcv.models.hmm._converted.poorer_optimum`),
-and to be a stationary point of its objective (the Newton step, as ``cross_validate`` measures it); where it is not —
-``fit_em``'s default ``num_iters=50`` may stop early, ``SphericalGaussianHMM``'s M-step is
-50 Adam steps, ``fit_sgd`` stops where it stops — an
+and to be a stationary point of its objective (the Newton step, as ``cross_validate``
+measures it); where it is not — ``fit_em``'s default ``num_iters=50`` may stop early,
+``SphericalGaussianHMM``'s M-step is 50 Adam steps, ``fit_sgd`` stops where it stops — an
 :class:`~approxcv.errors.InexactFitWarning` says what to call. ``model.fit_result_``
-records the check.
+records the checks.
 """
 from __future__ import annotations
 
