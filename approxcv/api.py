@@ -93,11 +93,13 @@ def _check_method_options(opts, method: str, local: bool, refits: bool, future: 
                                     "leave-future-out"))
 
 
-def _problem(model, prepared, params, scheme, level, local: bool, refits: bool, opts):
+def _problem(model, prepared, params, scheme, level, local: bool, refits: bool, opts,
+             known: list):
     """The engine's :class:`~approxcv.problem.Problem` of ``model`` at ``params``: with
     the exact refits' restarts (``opts.restarts``, else by size) and, for a method that
     refits beside a local surrogate (``auto``) or for ``audit``, ``for_refits``: the
-    problem of the model itself with its starts."""
+    problem of the model itself with its starts, the model's ``known`` optima among them
+    (``auto`` refits the folds that lie above one of them)."""
     dim = int(flat_params(model, params)[0].shape[0])
     default = default_restarts(dim, getattr(model, "refit_restarts", None))
     restarts = 0 if not refits else default if opts.restarts is None else int(opts.restarts)
@@ -111,7 +113,8 @@ def _problem(model, prepared, params, scheme, level, local: bool, refits: bool, 
     if opts.audit or (local and refits):     # exact refits of the model itself, with starts
         problem = problem._replace(for_refits=functools.partial(
             make_problem, model, prepared, params, scheme=scheme, level=level, checked=True,
-            restarts=restarts if refits else default))
+            restarts=restarts if refits else default,
+            known_optima=np.stack(known) if known else None))
     return problem
 
 
@@ -197,8 +200,10 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             fit_seconds = time.perf_counter() - t
         params = model.check_params(params, prepared, level)
         concerns = dict(getattr(model, "fit_concerns", lambda *a: {})(params, prepared, level))
+        known = [flat_params(model, p)[0] for p in getattr(
+            model, "known_optima", lambda *a: [])(params, prepared, level)]
         t_start = time.perf_counter()
-        problem = _problem(model, prepared, params, scheme, level, local, refits, opts)
+        problem = _problem(model, prepared, params, scheme, level, local, refits, opts, known)
         run_folds = _run_folds(method, model, problem,
                                _in_problem_units(problem, folds, n_units), opts)
         with counting_first(len(folds)):     # bars count the user's folds, not padding
@@ -212,10 +217,7 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
                                                          params_flat, fold_loss, points)
             if local and problem.estimators is None:
                 mark_other_basins(diagnostics, problem, params_flat,
-                                  run_folds.padded()[:len(folds)],
-                                  [flat_params(model, p)[0] for p in getattr(
-                                      model, "known_optima", lambda *a: [])(
-                                          params, prepared, level)], stages)
+                                  run_folds.padded()[:len(folds)], known, stages)
             if opts.in_sample:               # log p(x_o | x_kept; theta_full): p = lpd - elpd
                 diagnostics["lpd_full"] = in_sample_lpd(problem, run_folds, len(folds),
                                                         opts, stages)

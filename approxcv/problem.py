@@ -261,7 +261,8 @@ def model_starts(model, prepared, level, restarts: int, seed: int = 1):
 
 
 def make_problem(model, data, params, *, scheme: str = "A", level: str | None = None,
-                 local: bool = False, restarts: int = 0, checked: bool = False) -> Problem:
+                 local: bool = False, restarts: int = 0, checked: bool = False,
+                 known_optima=None) -> Problem:
     """Build the :class:`Problem` of ``model`` on ``data`` at the fitted ``params``.
 
     Args:
@@ -274,6 +275,9 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
         restarts: starts to draw from the model's own initialisation
             (:func:`model_starts`, exact CV's restarts).
         checked: ``params`` were already validated by ``model.check_params``.
+        known_optima: ``(A, D)`` unconstrained points of other local optima
+            (``model.known_optima``), appended to the refits' starts (``auto``'s refits
+            start there too, and test its folds against them).
 
     Raises:
         InvalidDataError: ``params`` lie on the boundary of their domain.
@@ -286,6 +290,9 @@ def make_problem(model, data, params, *, scheme: str = "A", level: str | None = 
     if hasattr(model, "padded_units"):     # null units to a size bucket: shared programs
         prepared, n_units = model.padded_units(prepared, level)
     starts = model_starts(model, prepared, level, restarts)
+    if known_optima is not None and len(known_optima):
+        known = np.asarray(known_optima, np.float64).reshape(len(known_optima), -1)
+        starts = known if starts is None else np.concatenate([np.asarray(starts), known])
     checker = functools.partial(model.fold_check, params, prepared)
     refit = None if local else model.batched_refit()
     estimators = model.own_estimators(params, prepared)

@@ -73,3 +73,21 @@ def test_without_known_optima_nothing_is_computed(fitted):
                                 progress=False, warn=False)
     assert "other_basin_gap" not in ij.diagnostics
     assert "other_basins" not in ij.stage_seconds
+
+
+def test_auto_refits_a_fold_above_a_known_optimum(fitted):
+    """``auto`` with a tol that asks for no refit of its own: the one fold whose own refit
+    is a known optimum (so its estimate lies above it) is refitted — from it, landing on
+    exact's refit — and no other fold is."""
+    model, params, x, folds, exact = fitted
+    fresh = acv.models.PoissonHMM(2)
+    fresh.mark_poorer_fit(exact.fold_params(2), "fold 2's refit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = acv.cross_validate(fresh, x, folds, "auto", params=params, tol=1e6,
+                                 progress=False, warn=False)
+    method = np.asarray(res.diagnostics["fold_method"])
+    assert method[2] == "exact"
+    assert list(np.flatnonzero(method == "exact")) == [2]
+    assert abs(res.fold_loss[2] - exact.fold_loss[2]) <= 1e-6 * abs(exact.fold_loss[2])
+    assert "other_basin" not in res.diagnostics.unreliable_causes

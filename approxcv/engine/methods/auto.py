@@ -15,7 +15,11 @@
    the earlier, flagged estimate, and the fold goes on to the next stage
    (``diagnostics["ns_rejected_folds"]``);
 4. ``exact`` refits of the folds whose NS estimate still exceeds ``tol`` (or that NS cannot
-   vouch for), the worst estimates first, at most ``max_exact`` of them;
+   vouch for), the worst estimates first, at most ``max_exact`` of them, and of the folds
+   whose objective is lower at one of the refits' starts than at their estimate: the
+   starts hold the model's known optima (``model.known_optima``, where the fit's other
+   starts ended), and such a fold's optimum may lie in another basin (cause
+   ``"other_basin"`` until refitted; :mod:`approxcv.engine.other_basins`);
 5. ``exact`` refits of the folds whose objective is lower at one of those refits than at
    their own IJ/NS point (:func:`lower_optimum_elsewhere`): the local estimate vouches for
    its basin, but another basin is better for the fold (an error estimate built from
@@ -330,6 +334,18 @@ def auto(problem, folds, options):
         counts["ns"] = int(rows.size)
         diagnostics["ns_rejected_folds"] = folds.ids[rows[~take]]
         need[rows[take]] = _any(sub_causes, int(take.sum())) | ~(sub_est[take] <= options.tol)
+    # folds above one of the refits' starts on their own objective (the starts hold the
+    # model's known optima, model.known_optima): their optimum may lie in another basin,
+    # which no local estimate follows: refitted like the folds no estimate vouches for
+    target = refit_problem(problem)
+    causes["other_basin"] = np.zeros(n_folds, bool)
+    vouched = np.flatnonzero(~need)
+    if vouched.size and target.starts is not None and len(target.starts):
+        t = time.perf_counter()
+        above = other_basin_folds(target, params[vouched], folds.padded()[vouched],
+                                  np.asarray(target.starts))["mask"]
+        need[vouched[above]] = causes["other_basin"][vouched[above]] = True
+        seconds["other_basins"] = time.perf_counter() - t
     rows = np.flatnonzero(need)
     # the worst estimates first; those whose chord does not contract say nothing: first too
     worst = np.where(causes.get("chord_not_contracting", np.zeros(n_folds, bool))[rows],
@@ -339,7 +355,7 @@ def auto(problem, folds, options):
     refit, over = np.sort(order[:budget]), np.sort(order[budget:])
     if refit.size:
         t = time.perf_counter()
-        diag_ex = refit_exactly(refit_problem(problem), refit)
+        diag_ex = refit_exactly(target, refit)
         seconds["exact"] = time.perf_counter() - t
         counts["exact"] = int(refit.size)
         for key in ("exact_converged", "exact_objective", "exact_start_spread"):
@@ -347,15 +363,14 @@ def auto(problem, folds, options):
                 diagnostics[f"auto_{key}"] = diag_ex[key]
     # a local method cannot see another basin: test its folds against the optima the
     # exact refits found, and refit (from the lower one) where one is lower
-    lower, lower_start = lower_optimum_elsewhere(refit_problem(problem), folds, params,
-                                                 method, causes, options.batch_size)
+    lower, lower_start = lower_optimum_elsewhere(target, folds, params, method, causes,
+                                                 options.batch_size)
     spent = int(refit.size)
     budget_left = np.inf if options.max_exact is None else int(options.max_exact) - spent
     rows = np.flatnonzero(lower)
     second = rows[:int(min(rows.size, budget_left))]
     if second.size:
         t = time.perf_counter()
-        target = refit_problem(problem)
         extra = np.unique(lower_start[second], axis=0)
         if target.starts is not None:
             extra = np.concatenate([np.asarray(target.starts), extra])
