@@ -3,9 +3,11 @@ estimate, as a ratio measured in one run, and the flag's recall against exact re
 
 Cases: the demo (PoissonHMM(2) on the call data, T = 5,000, 1,000 i.i.d. 10 % folds: folds
 in lanes), SIDS (2-state hidden Potts, beta = 0.5, leave-one-county-out, 100 folds: one
-pass per fold) and a long series (PoissonHMM(2) on T = 100,000 simulated counts, 1,000
+pass per fold), a long series (PoissonHMM(2) on T = 100,000 simulated counts, 1,000
 contiguous folds of 0.1 %: windows and the third-order expansion,
-``diagnostics["error_estimate_windows"]`` kept). Per case:
+``diagnostics["error_estimate_windows"]`` kept) and a CRF (``LinearChainCRF(5)`` on 400
+simulated sentences of 5-20 tokens with 8 features, leave-one-sentence-out on 200 of them:
+one forward-backward per fold). Per case:
 
 * **IJ + estimate**: ``cross_validate(..., method="ij")``, first call (compiles; the share
   of its ``error_estimate`` stage) and the least of ``REPEATS`` warm calls (``res.seconds``,
@@ -17,7 +19,9 @@ contiguous folds of 0.1 %: windows and the third-order expansion,
 * **recall**: exact CV on ``N_EXACT`` folds (SIDS: all 100): folds whose fold loss is more
   than 10 % off exact, and how many of them the estimate flags (``> tol``).
 
-    python benchmarks/error_estimate_cost.py [--quick]
+    python benchmarks/error_estimate_cost.py [--quick] [--cases demo sids long crf]
+
+(``--cases``: those cases only, the others kept as the results file has them.)
 
 Writes ``benchmarks/results/error_estimate_cost.json``. Targets (reported, not asserted):
 warm ratio <= 2 on both cases, recall >= 90 %.
@@ -25,6 +29,7 @@ warm ratio <= 2 on both cases, recall >= 90 %.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -113,21 +118,59 @@ def measure(name, model, data, folds, n_exact):
     return out
 
 
-def main(quick: bool):
-    out = {"description": __doc__.split("\n\n")[0], "quick": quick, "repeats": REPEATS,
-           "load_average_at_start": list(os.getloadavg())}
-    t = 2000 if quick else 5000
-    x = acv.datasets.load_calls(t)
-    out["demo"] = {"T": t, **measure("demo", acv.models.PoissonHMM(2), x,
-                                     acv.folds.iid(t, 0.1, 200 if quick else 1000, seed=0),
-                                     N_EXACT)}
-    d = acv.datasets.load_sids()
-    out["sids"] = measure("sids", acv.models.HiddenPotts(d.adjacency, 2, beta=0.5, n_init=2),
-                          (d.sids74, d.births74 / 1000.0),
-                          acv.folds.leave_one_out(len(d.sids74)), 100)
-    t = 20_000 if quick else 100_000
-    out["long"] = {"T": t, **measure("long", acv.models.PoissonHMM(2), simulate_poisson_hmm(t),
-                                     acv.folds.contiguous(t, 0.001, 1000, seed=0), N_EXACT)}
+CASES = ("demo", "sids", "long", "crf")
+
+
+def crf_sentences(n: int = 400, seed: int = 0) -> list:
+    """``n`` sentences of 5-20 tokens: 8 Gaussian features per token, labels from a
+    linear score plus Gumbel noise with sticky transitions (5 labels)."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(8, 5))
+    stay = 1.5 * np.eye(5)
+    out = []
+    for length in rng.integers(5, 21, size=n):
+        x = rng.normal(size=(int(length), 8))
+        y = np.zeros(int(length), int)
+        for t in range(int(length)):
+            score = x[t] @ w + (stay[y[t - 1]] if t else 0.0)
+            y[t] = int(np.argmax(score + rng.gumbel(size=5)))
+        out.append((x, y))
+    return out
+
+
+def main(quick: bool, cases=CASES):
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                        "error_estimate_cost" + ("_quick" if quick else "") + ".json")
+    out = {}
+    if set(cases) != set(CASES) and os.path.exists(path):
+        with open(path) as f:                  # the other cases as the file has them
+            out = json.load(f)
+    out.update({"description": __doc__.split("\n\n")[0], "quick": quick,
+                "repeats": REPEATS, "load_average_at_start": list(os.getloadavg())})
+    if "demo" in cases:
+        t = 2000 if quick else 5000
+        x = acv.datasets.load_calls(t)
+        out["demo"] = {"T": t, **measure("demo", acv.models.PoissonHMM(2), x,
+                                         acv.folds.iid(t, 0.1, 200 if quick else 1000,
+                                                       seed=0), N_EXACT)}
+    if "sids" in cases:
+        d = acv.datasets.load_sids()
+        out["sids"] = measure("sids",
+                              acv.models.HiddenPotts(d.adjacency, 2, beta=0.5, n_init=2),
+                              (d.sids74, d.births74 / 1000.0),
+                              acv.folds.leave_one_out(len(d.sids74)), 100)
+    if "long" in cases:
+        t = 20_000 if quick else 100_000
+        out["long"] = {"T": t, **measure("long", acv.models.PoissonHMM(2),
+                                         simulate_poisson_hmm(t),
+                                         acv.folds.contiguous(t, 0.001, 1000, seed=0),
+                                         N_EXACT)}
+    if "crf" in cases:
+        sents = crf_sentences(100 if quick else 400)
+        k = 50 if quick else 200
+        out["crf"] = {"sentences": len(sents), **measure(
+            "crf", acv.models.LinearChainCRF(5), sents,
+            acv.folds.Folds([[i] for i in range(k)], len(sents)), N_EXACT)}
     out["load_average_at_end"] = list(os.getloadavg())
     write_json("error_estimate_cost", quick, out)
 
@@ -135,4 +178,6 @@ def main(quick: bool):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    main(parser.parse_args().quick)
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
+    args = parser.parse_args()
+    main(args.quick, args.cases)
