@@ -200,8 +200,8 @@ def cross_validate(model, data, folds, method: str | None = None, *, params=None
             fit_seconds = time.perf_counter() - t
         params = model.check_params(params, prepared, level)
         concerns = dict(getattr(model, "fit_concerns", lambda *a: {})(params, prepared, level))
-        known = [flat_params(model, p)[0] for p in getattr(
-            model, "known_optima", lambda *a: [])(params, prepared, level)]
+        known = [flat_params(model, p)[0] for p in getattr(   # approximate methods' check
+            model, "known_optima", lambda *a: [])(params, prepared, level)] if local else []
         t_start = time.perf_counter()
         problem = _problem(model, prepared, params, scheme, level, local, refits, opts, known)
         run_folds = _run_folds(method, model, problem,

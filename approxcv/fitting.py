@@ -91,8 +91,7 @@ def rows_in_threads(solve, row_args, *shared, workers: int | None = None):
 def best_start(res, name: str, limit: str, **record):
     """``(u (D,), record)``: the best converged start of a batched fit (or the best finite
     one, with a :class:`ConvergenceWarning` naming ``limit``) and the run's record
-    (objective, convergence, gradient norm, steps and end point ``start_u (S, D)`` of every
-    start, ``best``).
+    (objective, convergence, gradient norm and steps of every start, ``best``).
 
     Raises:
         FitError: no start reached a finite objective.
@@ -110,8 +109,7 @@ def best_start(res, name: str, limit: str, **record):
     best = int(pool[np.argmin(values[pool])])
     return res.u[best], {"objective": values, "converged": converged,
                          "grad_norm": np.asarray(res.grad_norm),
-                         "num_steps": np.asarray(res.num_steps), "best": best,
-                         "start_u": np.asarray(res.u), **record}
+                         "num_steps": np.asarray(res.num_steps), "best": best, **record}
 
 
 def perturbation_restarts(solve, problem, best_u, record: dict, n_perturb: int,

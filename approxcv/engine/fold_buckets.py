@@ -28,7 +28,7 @@ POW2_MAX_FOLDS = 64
 #: the folds; ``unreliable`` is a dict of such arrays
 PER_FOLD_KEYS = ("fold_gradient_norm", "chord_rate", "error_estimate",
                  "error_estimate_screened", "ns_hessian_min_eig",
-                 "ns_jitter", "ns_downdate_fallback", "other_basin_gap", "unreliable")
+                 "ns_jitter", "ns_downdate_fallback", "unreliable")
 
 
 def fold_bucket(n_folds: int) -> int:

@@ -66,18 +66,15 @@ def other_basin_folds(problem, params_flat, index, others) -> dict:
 def mark_other_basins(diagnostics: dict, problem, params_flat, index, others, stages: dict):
     """Mark the folds whose estimate is above a known optimum ``others`` on the fold's
     objective (:func:`~approxcv.engine.other_basins.other_basin_folds`; cause
-    ``"other_basin"``, ``diagnostics["other_basin_gap"]``), except those ``auto`` refitted;
-    nothing when no other optimum is known."""
-    if not others:
+    ``"other_basin"``, ``diagnostics["other_basin_gap"]``); nothing when no other optimum
+    is known or the method made the check itself (``auto``, whose refits start at the
+    known optima and which refits such folds: its causes hold ``"other_basin"``)."""
+    raw = diagnostics.get("unreliable")
+    if not others or (isinstance(raw, dict) and "other_basin" in raw):
         return
     t = time.perf_counter()
     basins = other_basin_folds(problem, params_flat, index, np.stack(others))
-    n_folds = len(basins["mask"])
-    causes = unreliable_causes(diagnostics.get("unreliable"), n_folds)
-    method = diagnostics.get("fold_method")
-    refitted = np.zeros(n_folds, bool) if method is None else np.asarray(method) == "exact"
-    causes["other_basin"] = (causes.get("other_basin", np.zeros(n_folds, bool))
-                             | (basins["mask"] & ~refitted))
+    causes = unreliable_causes(raw, len(basins["mask"]))
+    causes["other_basin"] = basins["mask"]
     diagnostics.update(unreliable=causes, other_basin_gap=basins["gap"])
     stages["other_basins"] = time.perf_counter() - t
-

@@ -460,7 +460,8 @@ def auto_future(problem, folds, options, origins, walk: str | None = None):
     of the objective is likeliest to be the lower one) is refitted when the walk did not
     and a refit is left (:data:`LFO_PROBE`; ``diagnostics["lfo_probe"]``); its refit is a
     candidate of step 5. Then every fold not refitted is checked against every optimum
-    the refits reached, their runner-up starts included
+    the refits reached, their runner-up starts included, and against the refits' starts
+    (the model's known optima among them)
     (:func:`~approxcv.engine.other_basins.other_basin_folds`): where one is lower on the
     fold's objective than its estimate, the fold is marked ``"other_basin"``. On Nile
     (GaussianHMM(2), 50 origins, ``benchmarks/lfo.py``) this took the folds more than 1 %
@@ -601,10 +602,13 @@ def auto_future(problem, folds, options, origins, walk: str | None = None):
     over = np.setdiff1d(over, np.asarray(refitted, np.int64))
     seconds["exact_other_optimum"] = time.perf_counter() - t
     # another basin the refits found (their optima and runners-up, unreliable ones too)
-    # that is lower on a fold's objective than its estimate: no local estimate follows it
+    # or one of their starts (the model's known optima among them) that is lower on a
+    # fold's objective than its estimate: no local estimate follows it
     t = time.perf_counter()
     local = np.flatnonzero(method != "exact")
-    known = _distinct_rows(np.concatenate(found) if found else np.zeros((0, dim)))
+    starts = [] if target.starts is None else [np.asarray(target.starts)]  # known optima
+    known = _distinct_rows(np.concatenate(found + starts) if found or starts
+                           else np.zeros((0, dim)))
     causes["other_basin"] = np.zeros(n_folds, bool)
     if local.size and known.size:
         causes["other_basin"][local] = other_basin_folds(

@@ -550,7 +550,7 @@ class HMM(ChainWindows, Model):
         (almost) empty states — all at their prior's mode — are the empty states that
         :class:`~approxcv.errors.EmptyStateWarning` reports, not a concern here."""
         concerns = {"poorer_local_optimum": why for p, why in self.poorer_fits_
-                    if _same_params(p, params)}
+                    if _same_params(_flat_params(p), params)}
         groups = coinciding_states(self, params)
         if groups and data is not None:
             seqs = self.prepare(data, level)[0]
@@ -569,7 +569,8 @@ class HMM(ChainWindows, Model):
         leave it). :func:`~approxcv.models.from_hmmlearn` and
         :func:`~approxcv.models.from_dynamax` call it when approxcv's own fit of the
         converted objective is lower."""
-        self.poorer_fits_.append((_flat_params(params), str(why)))
+        self.poorer_fits_.append((type(params)(*(np.asarray(a, np.float64) for a in params)),
+                                  str(why)))
 
     #: fields of ``params_type`` holding one row of emission parameters per state (state
     #: axis first); states whose rows coincide are found by
@@ -586,7 +587,7 @@ class HMM(ChainWindows, Model):
         finished = em is not None and em.u is not None
         if finished and not self.n_perturb:
             self.fit_result_ = em.record
-            self._keep_start_optima(obj)
+            self._keep_start_optima(obj, em.ends, em.record["em_converged"])
             return check_occupancy(self, self.params_type(*obj.unravel(em.u)), seqs,
                                    em.occupancy)
         solve, limit = self._fit_solver(obj.fun, obj.scale, obj.u_full.size)
@@ -595,24 +596,23 @@ class HMM(ChainWindows, Model):
                        threads=self.batch_rows == "map")
         if finished:
             best_u, self.fit_result_ = em.u, em.record
+            self._keep_start_optima(obj, em.ends, em.record["em_converged"])
         else:       # BFGS from the starts (EM, if it ran, did not finish)
             res = solve(u0s, np.ones((len(starts), n)))
             best_u = self._best_start(res, limit, **({} if em is None else {
                 "method": "bfgs", "em_steps": em.steps}))
-        self._keep_start_optima(obj)
+            self._keep_start_optima(obj, res.u, self.fit_result_["converged"])
         return check_occupancy(self, self._perturbation_restarts(solve, obj, best_u), seqs)
 
-    def _keep_start_optima(self, obj) -> None:
-        """``fit_result_["start_optima"]``: the end points of the starts that converged
-        (EM, or BFGS + Newton), as parameter sets, from the record's ``start_u``."""
-        record = self.fit_result_
-        ends = np.asarray(record.pop("start_u", np.zeros((0, obj.u_full.size))))
-        done = np.asarray(record["em_converged"] if record.get("method") == "em"
-                          else record.get("converged", np.zeros(len(ends), bool)), bool)
-        keep = done & np.all(np.isfinite(ends), axis=1)
-        record["start_optima"] = [self.params_type(*(np.asarray(a, np.float64)
-                                                     for a in obj.unravel(u)))
-                                  for u in ends[keep]]
+    def _keep_start_optima(self, obj, ends, converged) -> None:
+        """``fit_result_["start_optima"]``: the end points ``ends (S, D)`` (unconstrained,
+        the fit problem ``obj``'s layout) of the starts that ``converged`` (EM, or BFGS +
+        Newton), as parameter sets."""
+        ends = np.asarray(ends, np.float64)
+        keep = np.asarray(converged, bool) & np.all(np.isfinite(ends), axis=1)
+        self.fit_result_["start_optima"] = [
+            self.params_type(*(np.asarray(a, np.float64) for a in obj.unravel(u)))
+            for u in ends[keep]]
 
     def known_optima(self, params, data=None, level: str | None = None) -> list:
         """Other local optima of the objective known besides ``params``: where the last
@@ -622,8 +622,7 @@ class HMM(ChainWindows, Model):
         record = self.fit_result_ or {}
         here = _flat_params(params)
         out, seen = [], [self._relabellings(params)]
-        for p in list(record.get("start_optima", [])) + [
-                self._unflat(f, params) for f, _ in self.poorer_fits_ if f.shape == here.shape]:
+        for p in list(record.get("start_optima", [])) + [p for p, _ in self.poorer_fits_]:
             flat = _flat_params(p)
             if flat.shape != here.shape or not np.all(np.isfinite(flat)):
                 continue
@@ -655,16 +654,6 @@ class HMM(ChainWindows, Model):
                 fields.append(a)
             out.append(_flat_params(fields))
         return out
-
-    def _unflat(self, flat, like):
-        """The flattened parameter set ``flat`` (:func:`_flat_params`) in the structure of
-        ``like``."""
-        out, at = [], 0
-        for a in like:
-            a = np.asarray(a)
-            out.append(np.asarray(flat[at:at + a.size]).reshape(a.shape))
-            at += a.size
-        return type(like)(*out)
 
     def _uses_em(self, problem) -> bool:
         """EM first (:mod:`approxcv.models.hmm.em`) unless the model opts out

@@ -128,12 +128,13 @@ def em_solver(model, problem, level: str):
 
 class EMFit(NamedTuple):
     """Result of :func:`em_fit`: ``u (D,)``, ``record`` and ``occupancy (K,)`` of a finished
-    fit (``u`` is ``None`` when EM hands over to BFGS), and ``steps``: the EM iterations
-    of every start."""
+    fit (``u`` is ``None`` when EM hands over to BFGS), ``steps``: the EM iterations
+    of every start, and ``ends (S, D)``: where EM from every start ended (finished fits)."""
     u: np.ndarray | None
     record: dict | None
     occupancy: np.ndarray | None
     steps: np.ndarray
+    ends: np.ndarray | None = None
 
 
 def em_fit(model, problem, u0s, seqs, level: str) -> EMFit:
@@ -180,7 +181,7 @@ def em_fit(model, problem, u0s, seqs, level: str) -> EMFit:
     norms[best] = grad_norm
     record = {"objective": values, "converged": converged, "grad_norm": norms,
               "num_steps": steps, "best": best, "method": "em",
-              "em_converged": np.asarray(res.converged), "start_u": np.asarray(res.u),
-              "final_objective": float(value),
+              "em_converged": np.asarray(res.converged), "final_objective": float(value),
               "final_grad_norm": float(grad_norm)}
-    return EMFit(u, record, occupancy(at_fit.stats, seqs, level)[0], steps)
+    return EMFit(u, record, occupancy(at_fit.stats, seqs, level)[0], steps,
+                 np.asarray(res.u))
